@@ -1,0 +1,140 @@
+//! Turning client bytes into stored values and back.
+
+use automerge::{Automerge, ReadDoc};
+
+use crate::format::{self, StoredValue, Summary};
+use crate::Error;
+
+/// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
+/// concatenation of them. Empty input is the empty document. The input must be
+/// self-contained: a change whose dependencies are absent is refused rather than queued,
+/// because saving a document drops queued changes.
+pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
+    if bytes.is_empty() {
+        return Ok(Automerge::new());
+    }
+    let doc = Automerge::load(bytes).map_err(|err| match err {
+        automerge::AutomergeError::MissingDeps => Error::MissingDependencies(Vec::new()),
+        other => Error::NotAutomerge(other.to_string()),
+    })?;
+    let missing = doc.get_missing_deps(&[]);
+    if !missing.is_empty() {
+        return Err(Error::MissingDependencies(missing));
+    }
+    Ok(doc)
+}
+
+/// What the stored header records about a loaded document.
+pub fn summarize(doc: &Automerge) -> Summary {
+    let changes = doc.get_changes_meta(&[]);
+    let op_count = changes
+        .iter()
+        .map(|change| (change.max_op + 1).saturating_sub(change.start_op))
+        .sum();
+    Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() }
+}
+
+/// The stored form of a loaded document.
+pub fn to_stored(doc: &Automerge) -> Vec<u8> {
+    format::encode(&summarize(doc), &doc.save())
+}
+
+/// Validates client bytes and returns their stored form.
+pub fn stored_from_client_bytes(bytes: &[u8]) -> Result<Vec<u8>, Error> {
+    load_client_bytes(bytes).map(|doc| to_stored(&doc))
+}
+
+/// The Automerge bytes of a stored value, as clients load them: no load needed.
+pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
+    format::decode(stored).map(|value: StoredValue<'_>| value.payload)
+}
+
+/// Loads the document of a stored value.
+pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
+    let value = format::decode(stored)?;
+    Automerge::load(value.payload).map_err(|err| Error::CorruptStoredValue(err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use automerge::transaction::{CommitOptions, Transactable};
+    use automerge::{ActorId, ROOT};
+
+    fn doc_with_title(actor: u8, title: &str) -> Automerge {
+        let mut doc = Automerge::new().with_actor(ActorId::from([actor; 16]));
+        let mut tx = doc.transaction();
+        tx.put(ROOT, "title", title).unwrap();
+        tx.commit_with(CommitOptions::default().with_time(0));
+        doc
+    }
+
+    #[test]
+    fn empty_input_is_the_empty_document() {
+        let doc = load_client_bytes(&[]).unwrap();
+        assert!(doc.get_heads().is_empty());
+        let stored = to_stored(&doc);
+        let value = format::decode(&stored).unwrap();
+        assert_eq!(value.summary, Summary { change_count: 0, op_count: 0, heads: vec![] });
+        assert!(load_stored(&stored).unwrap().get_heads().is_empty());
+    }
+
+    #[test]
+    fn stores_a_save_unchanged_with_its_summary() {
+        let doc = doc_with_title(1, "hello");
+        let saved = doc.save();
+        let stored = stored_from_client_bytes(&saved).unwrap();
+        assert_eq!(client_bytes(&stored).unwrap(), &saved[..]);
+        let value = format::decode(&stored).unwrap();
+        assert_eq!(value.summary.change_count, 1);
+        assert_eq!(value.summary.op_count, 1);
+        assert_eq!(value.summary.heads, doc.get_heads());
+    }
+
+    #[test]
+    fn accepts_changes_and_incremental_saves() {
+        let mut doc = doc_with_title(1, "one");
+        let first = doc.save();
+        let mut tx = doc.transaction();
+        tx.put(ROOT, "title", "two").unwrap();
+        tx.commit_with(CommitOptions::default().with_time(0));
+        let incremental = doc.save_after(&automerge::AutoCommit::load(&first).unwrap().get_heads());
+        let mut both = first.clone();
+        both.extend_from_slice(&incremental);
+        let loaded = load_client_bytes(&both).unwrap();
+        assert_eq!(loaded.get_heads(), doc.get_heads());
+
+        let mut changes = Vec::new();
+        for change in doc.get_changes(&[]) {
+            changes.extend_from_slice(change.raw_bytes());
+        }
+        let loaded = load_client_bytes(&changes).unwrap();
+        assert_eq!(loaded.get_heads(), doc.get_heads());
+    }
+
+    #[test]
+    fn refuses_changes_whose_dependencies_are_missing() {
+        let mut doc = doc_with_title(1, "one");
+        let before = doc.get_heads();
+        let mut tx = doc.transaction();
+        tx.put(ROOT, "title", "two").unwrap();
+        tx.commit_with(CommitOptions::default().with_time(0));
+        let second_change_only = doc.save_after(&before);
+        let err = load_client_bytes(&second_change_only).unwrap_err();
+        assert!(matches!(err, Error::MissingDependencies(_)), "{err}");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidBinary);
+    }
+
+    #[test]
+    fn refuses_garbage_and_truncation() {
+        let saved = doc_with_title(1, "hello").save();
+        let truncated = &saved[..saved.len() - 3];
+        let mut flipped = saved.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        for bad in [&b"not automerge"[..], &[0x85, 0x6f, 0x4a, 0x83], truncated, &flipped] {
+            let err = load_client_bytes(bad).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidBinary, "{err}");
+        }
+    }
+}

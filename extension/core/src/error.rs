@@ -1,0 +1,80 @@
+use automerge::ChangeHash;
+
+/// Why a value was refused. The SQL layer maps [`ErrorKind`] to a SQLSTATE.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid input syntax for type automerge: {0}")]
+    InvalidText(String),
+
+    #[error("the bytes are not an Automerge document or change set: {0}")]
+    NotAutomerge(String),
+
+    #[error("the input has {} change(s) whose dependencies are missing", .0.len())]
+    MissingDependencies(Vec<ChangeHash>),
+
+    #[error("stored automerge value is corrupted: {0}")]
+    CorruptStoredValue(String),
+
+    #[error(
+        "stored automerge value has format version {found}, \
+         this pg_automerge reads versions up to {supported}"
+    )]
+    UnsupportedFormatVersion { found: u8, supported: u8 },
+}
+
+/// The categories the SQL layer distinguishes, each with its own SQLSTATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Text input that is not `\x` followed by hex digits (22P02).
+    InvalidText,
+    /// Bytes from a client that do not form a valid, self-contained document (22P03).
+    InvalidBinary,
+    /// A stored value that fails its own consistency checks (XX001).
+    DataCorrupted,
+    /// A stored value written by a newer format than this build reads (0A000).
+    FeatureNotSupported,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidText(_) => ErrorKind::InvalidText,
+            Error::NotAutomerge(_) | Error::MissingDependencies(_) => ErrorKind::InvalidBinary,
+            Error::CorruptStoredValue(_) => ErrorKind::DataCorrupted,
+            Error::UnsupportedFormatVersion { .. } => ErrorKind::FeatureNotSupported,
+        }
+    }
+
+    /// Extra lines for the error's DETAIL, where there is something more to say.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Error::MissingDependencies(hashes) => {
+                const SHOWN: usize = 5;
+                let mut listed: Vec<String> =
+                    hashes.iter().take(SHOWN).map(ChangeHash::to_string).collect();
+                if hashes.len() > SHOWN {
+                    listed.push(format!("and {} more", hashes.len() - SHOWN));
+                }
+                Some(format!("Missing change hashes: {}.", listed.join(", ")))
+            }
+            _ => None,
+        }
+    }
+
+    /// A hint for what the user can do, where there is one.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Error::NotAutomerge(_) => Some(
+                "Pass the bytes of Automerge save(), saveIncremental() or of encoded changes.",
+            ),
+            Error::MissingDependencies(_) => Some(
+                "A stand-alone value must contain every change its changes depend on: \
+                 send a full save, or include the missing changes.",
+            ),
+            Error::UnsupportedFormatVersion { .. } => {
+                Some("Install the pg_automerge version that wrote this value, or a newer one.")
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The Automerge logic of pg_automerge, kept free of any Postgres dependency so that it
+//! can be unit-tested, property-tested and benchmarked on its own. The pgrx crate beside
+//! it is a thin adapter that turns these functions into SQL.
+
+pub mod document;
+mod error;
+pub mod format;
+pub mod text_form;
+
+pub use error::{Error, ErrorKind};
