@@ -1,0 +1,212 @@
+//! Local PostgreSQL clusters for `run` and for the tests: initdb, start, stop and psql,
+//! run as an unprivileged user when we are root (Postgres refuses to run as root).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::postgres::{cluster_user, PgMajor};
+use crate::project_root;
+
+/// The database user every cluster is initialised with.
+pub const SUPERUSER: &str = "postgres";
+
+pub struct Cluster {
+    pub major: PgMajor,
+    /// Holds `data/`, the server log, the socket and the port file.
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl Cluster {
+    /// The cluster named `purpose` (such as "run" or "test") for `major`, under `target/`.
+    /// Its port is chosen once and kept, so that a later `run --stop` finds it.
+    pub fn new(sh: &Shell, major: PgMajor, purpose: &str) -> Result<Cluster> {
+        let dir = clusters_dir(sh)?.join(format!("{purpose}-pg{}", major.number()));
+        fs::create_dir_all(&dir)?;
+        let port_file = dir.join("port");
+        let port = match fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
+            Some(port) => port,
+            None => {
+                let port = free_port()?;
+                fs::write(&port_file, port.to_string())?;
+                port
+            }
+        };
+        if let Some(user) = cluster_user() {
+            cmd!(sh, "chown -R {user} {dir}").quiet().run()?;
+        }
+        Ok(Cluster { major, dir, port })
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// A command that runs `program` from this major's bindir as the cluster user.
+    fn server_command(&self, program: &str) -> Command {
+        let path = self.major.bindir().join(program);
+        match cluster_user() {
+            Some(user) => {
+                let mut command = Command::new("sudo");
+                command.args(["-u", user, "--"]).arg(path);
+                command
+            }
+            None => Command::new(path),
+        }
+    }
+
+    pub fn init(&self) -> Result<()> {
+        if self.data_dir().join("PG_VERSION").exists() {
+            return Ok(());
+        }
+        let mut initdb = self.server_command("initdb");
+        initdb
+            .arg("--pgdata")
+            .arg(self.data_dir())
+            .args(["--username", SUPERUSER, "--auth", "trust", "--encoding", "UTF8"])
+            .args(["--locale", "C.UTF-8", "--no-instructions"]);
+        run_quietly(initdb, "initdb")
+    }
+
+    pub fn is_running(&self) -> bool {
+        let mut status = self.server_command("pg_ctl");
+        status.arg("status").arg("--pgdata").arg(self.data_dir());
+        status.stdout(Stdio::null()).stderr(Stdio::null());
+        status.status().is_ok_and(|s| s.success())
+    }
+
+    pub fn start(&self) -> Result<()> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c default_toast_compression=lz4",
+            self.port,
+            self.dir.display()
+        );
+        let mut start = self.server_command("pg_ctl");
+        start
+            .arg("start")
+            .arg("--wait")
+            .arg("--pgdata")
+            .arg(self.data_dir())
+            .arg("--log")
+            .arg(self.log_file())
+            .arg("--options")
+            .arg(options);
+        run_quietly(start, "pg_ctl start")
+            .with_context(|| format!("see the server log {}", self.log_file().display()))
+    }
+
+    pub fn stop(&self) -> Result<()> {
+        if !self.is_running() {
+            return Ok(());
+        }
+        let mut stop = self.server_command("pg_ctl");
+        stop.arg("stop").arg("--wait").args(["--mode", "fast"]).arg("--pgdata").arg(self.data_dir());
+        run_quietly(stop, "pg_ctl stop")
+    }
+
+    /// The arguments that connect psql, or any libpq client, to `database`.
+    pub fn connection_args(&self, database: &str) -> Vec<String> {
+        vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string(),
+            "-U".into(),
+            SUPERUSER.into(),
+            "-d".into(),
+            database.into(),
+        ]
+    }
+
+    /// The line a person types to connect.
+    pub fn psql_line(&self, database: &str) -> String {
+        format!("{} {}", self.psql_path().display(), self.connection_args(database).join(" "))
+    }
+
+    fn psql_path(&self) -> PathBuf {
+        self.major.bindir().join("psql")
+    }
+
+    /// Runs `script` through psql, stopping at the first error.
+    pub fn psql(&self, database: &str, script: &str) -> Result<String> {
+        let output = self.psql_session(database, script, &["-v", "ON_ERROR_STOP=1"])?;
+        if !output.success {
+            bail!("psql failed:\n{}", output.text);
+        }
+        Ok(output.text)
+    }
+
+    /// Runs `script` through psql as a person would see it: results and errors interleaved
+    /// in one stream, going on after errors.
+    pub fn psql_session(&self, database: &str, script: &str, extra: &[&str]) -> Result<PsqlOutput> {
+        let (mut reader, writer) = std::io::pipe()?;
+        let mut child = Command::new(self.psql_path())
+            .args(["-X", "-q"])
+            .args(extra)
+            .args(self.connection_args(database))
+            .stdin(Stdio::piped())
+            .stdout(writer.try_clone()?)
+            .stderr(writer)
+            .spawn()
+            .context("starting psql")?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let script = script.to_string();
+        let feeder = std::thread::spawn(move || stdin.write_all(script.as_bytes()));
+        // The child holds the only writers left once `command` is dropped, so this read
+        // ends when psql exits.
+        let mut text = String::new();
+        reader.read_to_string(&mut text)?;
+        let status = child.wait()?;
+        feeder.join().expect("the stdin feeder does not panic")?;
+        Ok(PsqlOutput { success: status.success(), text })
+    }
+}
+
+pub struct PsqlOutput {
+    pub success: bool,
+    pub text: String,
+}
+
+/// `target/xtask` when the cluster user can reach it; otherwise (a checkout inside a home
+/// directory closed to other users, say) a directory under /var/tmp.
+pub fn clusters_dir(sh: &Shell) -> Result<PathBuf> {
+    let in_target = project_root().join("target/xtask");
+    fs::create_dir_all(&in_target)?;
+    let Some(user) = cluster_user() else { return Ok(in_target) };
+    if cmd!(sh, "sudo -u {user} -- test -x {in_target}").quiet().ignore_stderr().run().is_ok() {
+        return Ok(in_target);
+    }
+    let fallback = Path::new("/var/tmp/pg_automerge-clusters");
+    fs::create_dir_all(fallback)?;
+    Ok(fallback.to_path_buf())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Runs a command, showing its output only when it fails.
+fn run_quietly(mut command: Command, what: &str) -> Result<()> {
+    let output = command.output().with_context(|| format!("running {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}

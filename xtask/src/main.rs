@@ -1,0 +1,32 @@
+//! `cargo xtask <verb>`: everything it takes to build, test and run pg_automerge, in
+//! plain Rust. One module per verb; all flags are in `flags.rs`.
+
+mod cluster;
+mod debian_source;
+mod doc_examples;
+mod flags;
+mod postgres;
+mod run;
+mod setup;
+mod step;
+mod test;
+#[cfg(test)]
+mod tidy;
+
+use std::path::{Path, PathBuf};
+
+fn main() -> anyhow::Result<()> {
+    let flags = <flags::Xtask as clap::Parser>::parse();
+    let sh = xshell::Shell::new()?;
+    sh.change_dir(project_root());
+    match flags.verb {
+        flags::Verb::Setup(flags) => setup::run(&sh, &flags).map(drop),
+        flags::Verb::Test(flags) => test::run(&sh, &flags),
+        flags::Verb::Run(flags) => run::run(&sh, &flags),
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}

@@ -1,0 +1,147 @@
+//! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
+//! extension's #[pg_test]s and the documentation's SQL examples. Prints a summary line per
+//! major and a closing `N passed, N failed` line.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::cluster::{clusters_dir, Cluster};
+use crate::doc_examples;
+use crate::flags::{SetupFlags, TestFlags};
+use crate::postgres::{cluster_user, PgMajor};
+use crate::project_root;
+use crate::run::{start_with_samples, Fresh};
+use crate::setup;
+use crate::step::step;
+
+/// How many tests passed and failed.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} passed, {} failed", self.passed, self.failed)
+    }
+}
+
+pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
+    setup::run(sh, &SetupFlags { pg: flags.pg })?;
+    let mut summary: Vec<String> = Vec::new();
+    let mut total = Counts::default();
+
+    let core = step("core crates: unit tests and properties", || {
+        let mut cargo = Command::new("cargo");
+        cargo.args(["test", "--workspace", "--exclude", "pg_automerge"]).current_dir(project_root());
+        counted(cargo)
+    })?;
+    summary.push(format!("core crates: {core}"));
+    total += core;
+
+    for major in flags.pg.majors() {
+        let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
+        let examples =
+            step(&format!("{major}: documentation examples"), || documentation_examples(sh, major))?;
+        summary.push(format!(
+            "{major}: extension tests {extension}; documentation examples {examples}"
+        ));
+        total += extension;
+        total += examples;
+    }
+
+    println!();
+    for line in &summary {
+        println!("{line}");
+    }
+    println!("{total}");
+    if total.failed > 0 {
+        bail!("{} test(s) failed", total.failed);
+    }
+    Ok(())
+}
+
+fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    let mut pgrx = Command::new("cargo");
+    pgrx.args(["pgrx", "test", &major.pgrx_name()])
+        .current_dir(project_root().join("extension/pg_automerge"));
+    if let Some(user) = cluster_user() {
+        let pgdata = clusters_dir(sh)?.join("pgrx-test-data");
+        if pgdata.exists() {
+            std::fs::remove_dir_all(&pgdata)?;
+        }
+        std::fs::create_dir_all(&pgdata)?;
+        cmd!(sh, "chown {user} {pgdata}").quiet().run()?;
+        pgrx.args(["--runas", user, "--pgdata"]).arg(&pgdata);
+    }
+    counted(pgrx)
+}
+
+/// Runs the SQL examples of README.md and docs/ on a fresh database with the sample
+/// documents, against the extension that the pgrx tests just installed.
+fn documentation_examples(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    let cluster: Cluster = start_with_samples(sh, major, "test", Fresh::Yes)?;
+    let counts = doc_examples::check_all(&cluster);
+    cluster.stop()?;
+    counts
+}
+
+/// Runs a `cargo test`-like command, passing its output through, and adds up the
+/// `test result:` lines it prints. Fails when the command fails without a failing test
+/// (a build error, say).
+fn counted(mut command: Command) -> Result<Counts> {
+    command.stdout(Stdio::piped());
+    let mut child = command.spawn().context("starting cargo")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut counts = Counts::default();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(result) = parse_test_result(&line) {
+            counts += result;
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() && counts.failed == 0 {
+        bail!("{command:?} failed ({status}) before any test failed");
+    }
+    Ok(counts)
+}
+
+/// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.
+fn parse_test_result(line: &str) -> Option<Counts> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let number_before = |word: &str| -> Option<usize> {
+        rest.split(';').find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+    };
+    Some(Counts { passed: number_before("passed")?, failed: number_before("failed")? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cargo_test_result_lines() {
+        assert_eq!(
+            parse_test_result("test result: ok. 14 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.09s"),
+            Some(Counts { passed: 14, failed: 0 })
+        );
+        assert_eq!(
+            parse_test_result("test result: FAILED. 3 passed; 2 failed; 0 ignored"),
+            Some(Counts { passed: 3, failed: 2 })
+        );
+        assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+}

@@ -1,0 +1,127 @@
+//! The repository's conventions, as tests (`cargo test -p xtask`, run by `cargo xtask test`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::doc_examples::documentation_files;
+use crate::postgres::PgMajor;
+use crate::project_root;
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = project_root().join(path);
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Every file below `dir` (relative to the root) whose name ends with `suffix`.
+fn files_below(dir: &str, suffix: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if path.is_dir() {
+                if name != "target" && name != ".git" && name != "node_modules" {
+                    walk(&path, suffix, out);
+                }
+            } else if name.ends_with(suffix) {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&project_root().join(dir), suffix, &mut out);
+    out.sort();
+    out
+}
+
+/// The SQL names of the extension's functions: `fn name` after each `#[pg_extern…]`.
+fn sql_functions() -> Vec<String> {
+    let mut names = Vec::new();
+    for file in files_below("extension/pg_automerge/src", ".rs") {
+        let text = fs::read_to_string(&file).unwrap();
+        let mut after_attribute = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[pg_extern") {
+                after_attribute = true;
+            } else if after_attribute {
+                if let Some(rest) = line.strip_prefix("fn ").or_else(|| line.strip_prefix("pub fn ")) {
+                    names.push(rest.split(['(', '<']).next().unwrap().to_string());
+                    after_attribute = false;
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_sql_function_is_documented() {
+    let functions = sql_functions();
+    assert!(functions.len() >= 5, "found too few functions: {functions:?}");
+    let reference = read("docs/sql-reference.md");
+    let undocumented: Vec<&String> =
+        functions.iter().filter(|f| !reference.contains(&format!("`{f}"))).collect();
+    assert!(undocumented.is_empty(), "not in docs/sql-reference.md: {undocumented:?}");
+}
+
+#[test]
+fn readme_shows_the_two_commands_and_links_every_page() {
+    let readme = read("README.md");
+    for command in ["cargo xtask run", "cargo xtask test"] {
+        assert!(readme.contains(command), "README.md does not show `{command}`");
+    }
+    for page in documentation_files().unwrap().iter().skip(1) {
+        let link = page.strip_prefix(project_root()).unwrap().display().to_string();
+        assert!(readme.contains(&format!("({link})")), "README.md does not link {link}");
+    }
+}
+
+#[test]
+fn ci_calls_xtask_for_every_major() {
+    let ci = read(".ci/run");
+    assert!(ci.contains("cargo xtask test"), ".ci/run must run the README's test command");
+    let logic_lines = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    assert!(logic_lines <= 25, ".ci/run has {logic_lines} lines: move logic into xtask");
+
+    let workflow = read(".github/workflows/ci.yml");
+    assert!(workflow.contains("cargo xtask test --pg ${{ matrix.pg }}"));
+    for major in PgMajor::ALL {
+        assert!(
+            workflow.contains(&format!("- \"{}\"", major.number())),
+            "ci.yml's matrix lacks {major}"
+        );
+    }
+}
+
+#[test]
+fn no_shell_scripts_grow_beside_xtask() {
+    let scripts: Vec<PathBuf> = files_below(".", ".sh");
+    assert!(scripts.is_empty(), "write these as xtask verbs instead: {scripts:?}");
+}
+
+#[test]
+fn every_crate_inherits_the_workspace_package_settings() {
+    for manifest in files_below(".", "Cargo.toml") {
+        let text = fs::read_to_string(&manifest).unwrap();
+        if !text.contains("[package]") {
+            continue;
+        }
+        for key in ["version", "edition", "license", "publish", "rust-version"] {
+            assert!(
+                text.contains(&format!("{key}.workspace = true")),
+                "{} does not take {key} from the workspace",
+                manifest.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn core_crate_stays_free_of_postgres() {
+    let manifest = read("extension/core/Cargo.toml");
+    assert!(!manifest.contains("pgrx"), "the core crate must not depend on pgrx");
+}
