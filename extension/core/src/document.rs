@@ -1,6 +1,6 @@
 //! Turning client bytes into stored values and back.
 
-use automerge::{Automerge, ReadDoc};
+use automerge::{Automerge, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 
 use crate::format::{self, StoredValue, Summary};
 use crate::Error;
@@ -14,7 +14,9 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
         return Ok(Automerge::new());
     }
     let doc = Automerge::load(bytes).map_err(|err| match err {
-        automerge::AutomergeError::MissingDeps => Error::MissingDependencies(Vec::new()),
+        automerge::AutomergeError::MissingDeps => {
+            Error::MissingDependencies(missing_dependencies(bytes))
+        }
         other => Error::NotAutomerge(other.to_string()),
     })?;
     let missing = doc.get_missing_deps(&[]);
@@ -22,6 +24,15 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
         return Err(Error::MissingDependencies(missing));
     }
     Ok(doc)
+}
+
+/// The hashes that changes in `bytes` depend on but `bytes` lacks. Only called to explain
+/// a refusal: a load that keeps such changes queued lets us list them.
+fn missing_dependencies(bytes: &[u8]) -> Vec<ChangeHash> {
+    let keep_queued = LoadOptions::new().on_partial_load(OnPartialLoad::Ignore);
+    Automerge::load_with_options(bytes, keep_queued)
+        .map(|doc| doc.get_missing_deps(&[]))
+        .unwrap_or_default()
 }
 
 /// What the stored header records about a loaded document.
@@ -121,8 +132,15 @@ mod tests {
         tx.commit_with(CommitOptions::default().with_time(0));
         let second_change_only = doc.save_after(&before);
         let err = load_client_bytes(&second_change_only).unwrap_err();
-        assert!(matches!(err, Error::MissingDependencies(_)), "{err}");
+        assert!(matches!(&err, Error::MissingDependencies(hashes) if *hashes == before), "{err}");
         assert_eq!(err.kind(), crate::ErrorKind::InvalidBinary);
+        assert!(err.detail().unwrap().contains(&before[0].to_string()));
+
+        // After a document chunk, automerge queues such changes instead of failing.
+        let mut saved_then_orphan = Automerge::new().save();
+        saved_then_orphan.extend_from_slice(&second_change_only);
+        let err = load_client_bytes(&saved_then_orphan).unwrap_err();
+        assert!(matches!(&err, Error::MissingDependencies(hashes) if *hashes == before), "{err}");
     }
 
     #[test]

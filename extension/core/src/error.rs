@@ -9,7 +9,7 @@ pub enum Error {
     #[error("the bytes are not an Automerge document or change set: {0}")]
     NotAutomerge(String),
 
-    #[error("the input has {} change(s) whose dependencies are missing", .0.len())]
+    #[error("the input depends on {} change(s) that it does not contain", .0.len())]
     MissingDependencies(Vec<ChangeHash>),
 
     #[error("stored automerge value is corrupted: {0}")]
@@ -48,7 +48,7 @@ impl Error {
     /// Extra lines for the error's DETAIL, where there is something more to say.
     pub fn detail(&self) -> Option<String> {
         match self {
-            Error::MissingDependencies(hashes) => {
+            Error::MissingDependencies(hashes) if !hashes.is_empty() => {
                 const SHOWN: usize = 5;
                 let mut listed: Vec<String> =
                     hashes.iter().take(SHOWN).map(ChangeHash::to_string).collect();

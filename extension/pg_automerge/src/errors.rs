@@ -1,0 +1,39 @@
+//! Raising the core crate's errors as Postgres ERRORs, each with its SQLSTATE.
+
+use pg_automerge_core::{Error, ErrorKind};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+/// The SQLSTATE of each kind of error (documented in docs/sql-reference.md).
+fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
+    match kind {
+        ErrorKind::InvalidText => PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+        ErrorKind::InvalidBinary => PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
+        ErrorKind::DataCorrupted => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        ErrorKind::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+    }
+}
+
+/// Raises `err` as an ERROR; does not return.
+pub fn raise(err: Error, function: &'static str) -> ! {
+    let mut report = ErrorReport::new(sqlstate(err.kind()), err.to_string(), function);
+    if let Some(detail) = err.detail() {
+        report = report.set_detail(detail);
+    }
+    if let Some(hint) = err.hint() {
+        report = report.set_hint(hint);
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("an ERROR report does not return")
+}
+
+/// `result.or_raise("fn_name")`: the value, or the error raised as an ERROR.
+pub trait OrRaise<T> {
+    fn or_raise(self, function: &'static str) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T, Error> {
+    fn or_raise(self, function: &'static str) -> T {
+        self.unwrap_or_else(|err| raise(err, function))
+    }
+}

@@ -1,0 +1,25 @@
+//! pg_automerge: Automerge CRDT documents as a PostgreSQL column type.
+//!
+//! This crate is a thin adapter: each module turns functions of `pg_automerge_core` into
+//! SQL. The Automerge logic itself, and its tests, live in the core crate.
+
+mod casts;
+mod datum;
+mod errors;
+mod io;
+
+::pgrx::pg_module_magic!(name, version);
+
+#[cfg(any(test, feature = "pg_test"))]
+mod test_support;
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}
