@@ -12,6 +12,21 @@ pub enum Error {
     #[error("the input depends on {} change(s) that it does not contain", .0.len())]
     MissingDependencies(Vec<ChangeHash>),
 
+    #[error("the changes depend on {} change(s) that neither they nor the document contain", .0.len())]
+    MissingDependenciesOnApply(Vec<ChangeHash>),
+
+    #[error("{0}")]
+    InvalidParameter(String),
+
+    #[error("{} given head(s) are not changes of this document", .0.len())]
+    UnknownHeads(Vec<ChangeHash>),
+
+    #[error("the document has nothing at path {0}")]
+    PathNotFound(String),
+
+    #[error("the value at path {path} is {found}, not text")]
+    NotText { path: String, found: String },
+
     #[error("stored automerge value is corrupted: {0}")]
     CorruptStoredValue(String),
 
@@ -22,6 +37,16 @@ pub enum Error {
     UnsupportedFormatVersion { found: u8, supported: u8 },
 }
 
+/// Up to five hashes, then how many more.
+fn list_hashes(hashes: &[ChangeHash]) -> String {
+    const SHOWN: usize = 5;
+    let mut listed: Vec<String> = hashes.iter().take(SHOWN).map(ChangeHash::to_string).collect();
+    if hashes.len() > SHOWN {
+        listed.push(format!("and {} more", hashes.len() - SHOWN));
+    }
+    listed.join(", ")
+}
+
 /// The categories the SQL layer distinguishes, each with its own SQLSTATE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -29,6 +54,11 @@ pub enum ErrorKind {
     InvalidText,
     /// Bytes from a client that do not form a valid, self-contained document (22P03).
     InvalidBinary,
+    /// An argument that is not what the function takes: a malformed or unknown head, a
+    /// path to nothing (22023).
+    InvalidParameter,
+    /// A path that leads to something other than text (42809).
+    WrongObjectType,
     /// A stored value that fails its own consistency checks (XX001).
     DataCorrupted,
     /// A stored value written by a newer format than this build reads (0A000).
@@ -39,7 +69,13 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidText(_) => ErrorKind::InvalidText,
-            Error::NotAutomerge(_) | Error::MissingDependencies(_) => ErrorKind::InvalidBinary,
+            Error::NotAutomerge(_)
+            | Error::MissingDependencies(_)
+            | Error::MissingDependenciesOnApply(_) => ErrorKind::InvalidBinary,
+            Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
+                ErrorKind::InvalidParameter
+            }
+            Error::NotText { .. } => ErrorKind::WrongObjectType,
             Error::CorruptStoredValue(_) => ErrorKind::DataCorrupted,
             Error::UnsupportedFormatVersion { .. } => ErrorKind::FeatureNotSupported,
         }
@@ -48,15 +84,12 @@ impl Error {
     /// Extra lines for the error's DETAIL, where there is something more to say.
     pub fn detail(&self) -> Option<String> {
         match self {
-            Error::MissingDependencies(hashes) if !hashes.is_empty() => {
-                const SHOWN: usize = 5;
-                let mut listed: Vec<String> =
-                    hashes.iter().take(SHOWN).map(ChangeHash::to_string).collect();
-                if hashes.len() > SHOWN {
-                    listed.push(format!("and {} more", hashes.len() - SHOWN));
-                }
-                Some(format!("Missing change hashes: {}.", listed.join(", ")))
+            Error::MissingDependencies(hashes) | Error::MissingDependenciesOnApply(hashes)
+                if !hashes.is_empty() =>
+            {
+                Some(format!("Missing change hashes: {}.", list_hashes(hashes)))
             }
+            Error::UnknownHeads(hashes) => Some(format!("Unknown: {}.", list_hashes(hashes))),
             _ => None,
         }
     }
@@ -67,9 +100,13 @@ impl Error {
             Error::NotAutomerge(_) => Some(
                 "Pass the bytes of Automerge save(), saveIncremental() or of encoded changes.",
             ),
+            Error::MissingDependenciesOnApply(_) => {
+                Some("Send the missing changes with these, or a full save; the document is unchanged.")
+            }
             Error::MissingDependencies(_) => Some(
-                "A stand-alone value must contain every change its changes depend on: \
-                 send a full save, or include the missing changes.",
+                "A stand-alone value must contain every change its changes depend on: send a \
+                 full save, or include the missing changes. To apply changes to a stored \
+                 document, pass them as bytea: doc || $1::bytea.",
             ),
             Error::UnsupportedFormatVersion { .. } => {
                 Some("Install the pg_automerge version that wrote this value, or a newer one.")

@@ -5,6 +5,11 @@
 pub mod document;
 mod error;
 pub mod format;
+pub mod heads;
+pub mod history;
+pub mod json;
+pub mod spans;
 pub mod text_form;
+pub mod writes;
 
 pub use error::{Error, ErrorKind};

@@ -1,0 +1,146 @@
+//! Rich text as spans, in the shape the JavaScript library's `spans()` returns:
+//! `{"type": "text", "value": "…", "marks": {"bold": true}}` for a run of text (no `marks`
+//! key when the run has none) and `{"type": "block", "value": {…}}` for a block marker,
+//! its value being the block's attributes.
+
+use automerge::iter::Span;
+use automerge::{Automerge, ChangeHash, ObjId, ObjType, ReadDoc, Value, ROOT};
+use serde_json::{json, Map, Value as Json};
+
+use crate::{json as to_json, Error};
+
+/// The spans of the text object at `path` (map keys, and list indexes as decimal strings).
+pub fn spans(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<Json, Error> {
+    let text = text_object(doc, path, heads)?;
+    let spans = match heads {
+        Some(heads) => doc.spans_at(&text, heads),
+        None => doc.spans(&text),
+    }
+    .map_err(|err| Error::InvalidParameter(err.to_string()))?;
+    Ok(Json::Array(spans.map(span_json).collect()))
+}
+
+fn span_json(span: Span) -> Json {
+    match span {
+        Span::Text { text, marks } => {
+            let mut object = Map::new();
+            object.insert("type".into(), json!("text"));
+            object.insert("value".into(), Json::String(text));
+            if let Some(marks) = marks.filter(|m| m.iter().next().is_some()) {
+                let marks: Map<String, Json> =
+                    marks.iter().map(|(name, value)| (name.to_string(), to_json::scalar(value))).collect();
+                object.insert("marks".into(), Json::Object(marks));
+            }
+            Json::Object(object)
+        }
+        Span::Block(attributes) => json!({ "type": "block", "value": to_json::map_object(&attributes) }),
+    }
+}
+
+/// Follows `path` from the root to an object that must be text.
+fn text_object(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<ObjId, Error> {
+    let mut object = ROOT;
+    let mut object_type = ObjType::Map;
+    for (depth, segment) in path.iter().enumerate() {
+        let shown = || format!("{{{}}}", path[..=depth].join(","));
+        let found = match object_type {
+            ObjType::Map | ObjType::Table => get(doc, &object, segment.as_str(), heads),
+            ObjType::List | ObjType::Text => match segment.parse::<usize>() {
+                Ok(index) => get(doc, &object, index, heads),
+                Err(_) => return Err(Error::PathNotFound(shown())),
+            },
+        };
+        match found {
+            Some((Value::Object(next_type), id)) => {
+                object = id;
+                object_type = next_type;
+            }
+            Some((Value::Scalar(_), _)) if depth + 1 == path.len() => {
+                return Err(Error::NotText { path: shown(), found: "a scalar value".into() });
+            }
+            _ => return Err(Error::PathNotFound(shown())),
+        }
+    }
+    match object_type {
+        ObjType::Text => Ok(object),
+        other => Err(Error::NotText {
+            path: format!("{{{}}}", path.join(",")),
+            found: format!("a {other}"),
+        }),
+    }
+}
+
+fn get<'a, P: Into<automerge::Prop>>(
+    doc: &'a Automerge,
+    object: &ObjId,
+    prop: P,
+    heads: Option<&[ChangeHash]>,
+) -> Option<(Value<'a>, ObjId)> {
+    match heads {
+        Some(heads) => doc.get_at(object, prop, heads),
+        None => doc.get(object, prop),
+    }
+    .ok()
+    .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use automerge::marks::{ExpandMark, Mark};
+    use automerge::transaction::Transactable;
+    use automerge::AutoCommit;
+
+    fn rich_text() -> (AutoCommit, ObjId) {
+        let mut doc = AutoCommit::new();
+        let text = doc.put_object(ROOT, "content", ObjType::Text).unwrap();
+        doc.splice_text(&text, 0, 0, "Hello world").unwrap();
+        doc.mark(&text, Mark::new("bold".into(), true, 6, 11), ExpandMark::After).unwrap();
+        (doc, text)
+    }
+
+    #[test]
+    fn text_runs_carry_their_marks() {
+        let (mut doc, _) = rich_text();
+        assert_eq!(
+            spans(doc.document(), &["content".into()], None).unwrap(),
+            json!([
+                {"type": "text", "value": "Hello "},
+                {"type": "text", "value": "world", "marks": {"bold": true}}
+            ])
+        );
+    }
+
+    #[test]
+    fn blocks_carry_their_attributes() {
+        let (mut doc, text) = rich_text();
+        let block = doc.split_block(&text, 0).unwrap();
+        doc.put(&block, "type", "heading").unwrap();
+        let spans = spans(doc.document(), &["content".into()], None).unwrap();
+        assert_eq!(spans[0], json!({"type": "block", "value": {"type": "heading"}}));
+        assert_eq!(spans[1], json!({"type": "text", "value": "Hello "}));
+    }
+
+    #[test]
+    fn reads_as_of_heads() {
+        let (mut doc, text) = rich_text();
+        let heads = doc.get_heads();
+        doc.splice_text(&text, 0, 5, "Bye").unwrap();
+        let then = spans(doc.document(), &["content".into()], Some(&heads)).unwrap();
+        assert_eq!(then[0], json!({"type": "text", "value": "Hello "}));
+    }
+
+    #[test]
+    fn paths_that_are_not_text_are_refused() {
+        let (mut doc, _) = rich_text();
+        doc.put(ROOT, "title", "x").unwrap();
+        doc.put_object(ROOT, "meta", ObjType::Map).unwrap();
+        let d = doc.document();
+        assert!(matches!(spans(d, &["title".into()], None), Err(Error::NotText { .. })));
+        assert!(matches!(spans(d, &["meta".into()], None), Err(Error::NotText { .. })));
+        assert!(matches!(spans(d, &[], None), Err(Error::NotText { .. })));
+        assert!(matches!(spans(d, &["nope".into()], None), Err(Error::PathNotFound(_))));
+        assert!(matches!(spans(d, &["content".into(), "0".into()], None), Err(Error::NotText { .. })));
+        assert!(matches!(spans(d, &["content".into(), "x".into()], None), Err(Error::PathNotFound(_))));
+    }
+}
