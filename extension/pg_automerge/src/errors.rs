@@ -9,6 +9,8 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
     match kind {
         ErrorKind::InvalidText => PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
         ErrorKind::InvalidBinary => PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
+        ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        ErrorKind::WrongObjectType => PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
         ErrorKind::DataCorrupted => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
         ErrorKind::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
     }

@@ -5,8 +5,15 @@
 
 mod casts;
 mod datum;
+mod equality;
 mod errors;
+mod history;
 mod io;
+mod jsonb;
+mod merge_agg;
+mod spans;
+mod stored;
+mod writes;
 
 ::pgrx::pg_module_magic!(name, version);
 

@@ -13,6 +13,19 @@ pub fn sample(name: &str) -> automerge::Automerge {
         .doc
 }
 
+/// Creates the table `samples (name text, doc automerge)` holding every sample document,
+/// for the current test's transaction.
+pub fn with_samples() {
+    Spi::run("CREATE TABLE samples (name text PRIMARY KEY, doc automerge NOT NULL)").unwrap();
+    for sample in fixtures::samples() {
+        Spi::run_with_args(
+            "INSERT INTO samples VALUES ($1, $2)",
+            &[sample.name.into(), sample.doc.save().into()],
+        )
+        .unwrap();
+    }
+}
+
 /// The text form of Automerge bytes, as a SQL literal's contents.
 pub fn hex_of(bytes: &[u8]) -> String {
     pg_automerge_core::text_form::format(bytes)

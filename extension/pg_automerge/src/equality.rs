@@ -1,0 +1,203 @@
+//! Equality: two documents with the same heads are the same state. `=` and `<>` compare
+//! the heads in the stored headers, without loading. A hash operator class makes
+//! `DISTINCT`, `GROUP BY`, hash joins and `REPLICA IDENTITY FULL` work. A btree class
+//! orders documents by their sorted heads: an order that says nothing about content, but
+//! is total and agrees with `=`, which is what `count(DISTINCT doc)`, sort-based grouping
+//! and merge joins need.
+
+use std::cmp::Ordering;
+
+use pgrx::prelude::*;
+
+use crate::datum::StoredDoc;
+use crate::stored;
+
+fn heads_bytes(doc: &StoredDoc<'_>, function: &'static str) -> Vec<[u8; 32]> {
+    stored::header(doc, function).summary.heads.iter().map(|h| h.0).collect()
+}
+
+fn compare(left: &StoredDoc<'_>, right: &StoredDoc<'_>, function: &'static str) -> Ordering {
+    heads_bytes(left, function).cmp(&heads_bytes(right, function))
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_cmp(left: StoredDoc<'_>, right: StoredDoc<'_>) -> i32 {
+    compare(&left, &right, "automerge_cmp") as i32
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_eq(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_eq").is_eq()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_ne(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_ne").is_ne()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_lt(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_lt").is_lt()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_le(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_le").is_le()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_gt(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_gt").is_gt()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_ge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
+    compare(&left, &right, "automerge_ge").is_ge()
+}
+
+/// Heads are SHA-256 hashes, already uniformly distributed: folding their first eight
+/// bytes together is a good hash.
+fn fold_heads(doc: &StoredDoc<'_>, function: &'static str) -> u64 {
+    heads_bytes(doc, function).iter().fold(0, |acc, head| {
+        acc.rotate_left(5) ^ u64::from_le_bytes(head[..8].try_into().expect("8 bytes"))
+    })
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_hash(doc: StoredDoc<'_>) -> i32 {
+    fold_heads(&doc, "automerge_hash") as u32 as i32
+}
+
+/// The 64-bit hash Postgres asks for (hash partitioning); with seed 0 its low 32 bits are
+/// `automerge_hash`, as Postgres requires.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_hash_extended(doc: StoredDoc<'_>, seed: i64) -> i64 {
+    let folded = fold_heads(&doc, "automerge_hash_extended");
+    if seed == 0 {
+        return folded as i64;
+    }
+    // One splitmix64 round over the seed, mixed in.
+    let mut z = (seed as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (folded ^ z ^ (z >> 31)) as i64
+}
+
+extension_sql!(
+    r#"
+CREATE OPERATOR = (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_eq,
+    COMMUTATOR = =, NEGATOR = <>, RESTRICT = eqsel, JOIN = eqjoinsel, HASHES, MERGES
+);
+COMMENT ON OPERATOR = (automerge, automerge) IS 'same heads: the same document state';
+CREATE OPERATOR <> (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_ne,
+    COMMUTATOR = <>, NEGATOR = =, RESTRICT = neqsel, JOIN = neqjoinsel
+);
+CREATE OPERATOR < (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_lt,
+    COMMUTATOR = >, NEGATOR = >=, RESTRICT = scalarltsel, JOIN = scalarltjoinsel
+);
+CREATE OPERATOR <= (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_le,
+    COMMUTATOR = >=, NEGATOR = >, RESTRICT = scalarlesel, JOIN = scalarlejoinsel
+);
+CREATE OPERATOR > (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_gt,
+    COMMUTATOR = <, NEGATOR = <=, RESTRICT = scalargtsel, JOIN = scalargtjoinsel
+);
+CREATE OPERATOR >= (
+    LEFTARG = automerge, RIGHTARG = automerge, FUNCTION = automerge_ge,
+    COMMUTATOR = <=, NEGATOR = <, RESTRICT = scalargesel, JOIN = scalargejoinsel
+);
+CREATE OPERATOR CLASS automerge_btree_ops DEFAULT FOR TYPE automerge USING btree AS
+    OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
+    FUNCTION 1 automerge_cmp(automerge, automerge);
+CREATE OPERATOR CLASS automerge_hash_ops DEFAULT FOR TYPE automerge USING hash AS
+    OPERATOR 1 = (automerge, automerge),
+    FUNCTION 1 automerge_hash(automerge),
+    FUNCTION 2 automerge_hash_extended(automerge, bigint);
+"#,
+    name = "automerge_equality",
+    requires = [
+        "automerge_type",
+        automerge_cmp,
+        automerge_eq,
+        automerge_ne,
+        automerge_lt,
+        automerge_le,
+        automerge_gt,
+        automerge_ge,
+        automerge_hash,
+        automerge_hash_extended
+    ],
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::test_support::with_samples;
+
+    #[pg_test]
+    fn same_heads_are_equal() {
+        with_samples();
+        let equal = Spi::get_one::<bool>(
+            "SELECT a.doc = b.doc AND NOT a.doc <> b.doc FROM samples a, samples b \
+             WHERE a.name = 'project' AND b.name = 'project'",
+        );
+        assert_eq!(equal.unwrap(), Some(true));
+        let different = Spi::get_one::<bool>(
+            "SELECT a.doc <> b.doc FROM samples a, samples b \
+             WHERE a.name = 'project' AND b.name = 'todo-list'",
+        );
+        assert_eq!(different.unwrap(), Some(true));
+        // Re-encoding does not change the state: changes equal the save they make.
+        let reencoded = Spi::get_one::<bool>(
+            "SELECT doc = (SELECT string_agg(bytes, ''::bytea ORDER BY seq) FROM automerge_changes(doc))::automerge \
+             FROM samples WHERE name = 'todo-list'",
+        );
+        assert_eq!(reencoded.unwrap(), Some(true));
+    }
+
+    #[pg_test]
+    fn distinct_and_group_by_use_the_hash_class() {
+        with_samples();
+        Spi::run("INSERT INTO samples SELECT name || '-copy', doc FROM samples").unwrap();
+        let distinct = Spi::get_one::<i64>("SELECT count(DISTINCT doc) FROM samples");
+        assert_eq!(distinct.unwrap(), Some(4));
+        let groups = Spi::get_one::<i64>(
+            "SELECT count(*) FROM (SELECT doc FROM samples GROUP BY doc HAVING count(*) = 2) g",
+        );
+        assert_eq!(groups.unwrap(), Some(4));
+        let union = Spi::get_one::<i64>(
+            "SELECT count(*) FROM (SELECT doc FROM samples UNION SELECT doc FROM samples) u",
+        );
+        assert_eq!(union.unwrap(), Some(4));
+    }
+
+    #[pg_test]
+    fn the_order_is_total_and_agrees_with_equality() {
+        with_samples();
+        let consistent = Spi::get_one::<bool>(
+            "SELECT bool_and((a.doc = b.doc) = (automerge_cmp(a.doc, b.doc) = 0) \
+                AND (a.doc < b.doc) = (b.doc > a.doc) \
+                AND (a.doc <= b.doc) = NOT (a.doc > b.doc) \
+                AND automerge_cmp(a.doc, b.doc) = -automerge_cmp(b.doc, a.doc)) \
+             FROM samples a, samples b",
+        );
+        assert_eq!(consistent.unwrap(), Some(true));
+    }
+
+    #[pg_test]
+    fn replica_identity_full_is_accepted_and_hash_extended_agrees() {
+        with_samples();
+        Spi::run("ALTER TABLE samples REPLICA IDENTITY FULL").unwrap();
+        let agree = Spi::get_one::<bool>(
+            "SELECT bool_and((automerge_hash_extended(doc, 0) & 4294967295) = (automerge_hash(doc)::bigint & 4294967295)) \
+             FROM samples",
+        );
+        assert_eq!(agree.unwrap(), Some(true));
+    }
+}

@@ -1,0 +1,121 @@
+//! The document as `jsonb`: an implicit cast, so `doc->>'title'`, `@>`, generated columns
+//! and GIN expression indexes on `(doc::jsonb)` work. The mapping of each Automerge value
+//! is documented in `pg_automerge_core::json` and docs/sql-reference.md.
+
+use pg_automerge_core::json;
+use pgrx::prelude::*;
+use pgrx::JsonB;
+
+use crate::datum::StoredDoc;
+use crate::stored;
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
+    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None))
+}
+
+/// The document as it was when its heads were `heads`.
+#[pg_extern(immutable, strict, parallel_safe, name = "automerge_to_jsonb")]
+fn automerge_to_jsonb_at(doc: StoredDoc<'_>, heads: Vec<String>) -> JsonB {
+    let loaded = stored::load(&doc, "automerge_to_jsonb");
+    let heads = stored::known_heads(&loaded, &heads, "automerge_to_jsonb");
+    JsonB(json::document(&loaded, Some(&heads)))
+}
+
+extension_sql!(
+    "CREATE CAST (automerge AS jsonb) WITH FUNCTION automerge_to_jsonb(automerge) AS IMPLICIT;\n",
+    name = "automerge_jsonb_cast",
+    requires = ["automerge_type", automerge_to_jsonb],
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+    use pgrx::JsonB;
+    use serde_json::json;
+
+    use crate::test_support::{hex_of, sample, sqlstate_of, with_samples};
+
+    #[pg_test]
+    fn the_cast_gives_the_document() {
+        with_samples();
+        let project = Spi::get_one::<JsonB>("SELECT doc::jsonb FROM samples WHERE name = 'project'")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            project.0,
+            json!({
+                "title": "Launch plan", "status": "review", "priority": 2, "views": 3,
+                "due": "2026-02-01T00:00:00.000Z", "tags": ["q1", "web"]
+            })
+        );
+    }
+
+    #[pg_test]
+    fn jsonb_operators_work_through_the_implicit_cast() {
+        with_samples();
+        let title = Spi::get_one::<String>("SELECT doc->>'title' FROM samples WHERE name = 'todo-list'");
+        assert_eq!(title.unwrap().as_deref(), Some("Groceries"));
+        let matching = Spi::get_one::<i64>(
+            "SELECT count(*) FROM samples WHERE doc @> '{\"status\": \"review\"}'",
+        );
+        assert_eq!(matching.unwrap(), Some(1));
+        let path = Spi::get_one::<String>(
+            "SELECT doc #>> '{items,1,text}' FROM samples WHERE name = 'todo-list'",
+        );
+        assert_eq!(path.unwrap().as_deref(), Some("milk"));
+    }
+
+    #[pg_test]
+    fn generated_columns_and_gin_indexes_work() {
+        Spi::run(
+            "CREATE TABLE indexed (id int PRIMARY KEY, doc automerge NOT NULL, \
+                 body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED); \
+             CREATE INDEX indexed_gin ON indexed USING gin ((doc::jsonb));",
+        )
+        .unwrap();
+        Spi::run_with_args(
+            "INSERT INTO indexed (id, doc) VALUES (1, $1)",
+            &[sample("project").save().into()],
+        )
+        .unwrap();
+        let body = Spi::get_one::<String>("SELECT body->>'status' FROM indexed").unwrap();
+        assert_eq!(body.as_deref(), Some("review"));
+        Spi::run("SET LOCAL enable_seqscan = off").unwrap();
+        let plan = Spi::get_one::<pgrx::Json>(
+            "EXPLAIN (FORMAT JSON) SELECT id FROM indexed WHERE doc::jsonb @> '{\"status\": \"review\"}'",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(plan.0.to_string().contains("indexed_gin"), "{}", plan.0);
+        let found = Spi::get_one::<i32>(
+            "SELECT id FROM indexed WHERE doc::jsonb @> '{\"status\": \"review\"}'",
+        );
+        assert_eq!(found.unwrap(), Some(1));
+    }
+
+    #[pg_test]
+    fn reads_the_document_as_of_earlier_heads() {
+        let doc = sample("project");
+        let first = doc.get_changes(&[])[0].hash().to_string();
+        let then = Spi::get_one::<JsonB>(&format!(
+            "SELECT automerge_to_jsonb('{}'::automerge, ARRAY['{first}'])",
+            hex_of(&doc.save())
+        ));
+        assert_eq!(
+            then.unwrap().unwrap().0,
+            json!({"title": "Launch plan", "status": "draft", "priority": 2})
+        );
+    }
+
+    #[pg_test]
+    fn bad_heads_are_invalid_parameters() {
+        let doc = hex_of(&sample("project").save());
+        let unknown = "ab".repeat(32);
+        for heads in ["ARRAY['nope']", &format!("ARRAY['{unknown}']")] {
+            let sql = format!("SELECT automerge_to_jsonb('{doc}'::automerge, {heads})");
+            assert_eq!(sqlstate_of(&sql), "22023", "{heads}");
+        }
+    }
+}

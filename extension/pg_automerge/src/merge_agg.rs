@@ -1,0 +1,171 @@
+//! `merge_agg(automerge)`: the merge of every document in a group. Its state is the loaded
+//! document, kept in the aggregate's memory context (and dropped with it); parallel query
+//! runs partial aggregates in workers and ships their states as saved bytes.
+
+use automerge::Automerge;
+use pg_automerge_core::{document, writes};
+use pgrx::prelude::*;
+use pgrx::{pg_sys, Internal, PgMemoryContexts};
+
+use crate::datum::StoredDoc;
+use crate::errors::OrRaise;
+use crate::stored;
+
+/// The aggregate's memory context: the state must outlive each call.
+fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemoryContexts {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: fcinfo is this call's, as Postgres passed it.
+    if unsafe { pg_sys::AggCheckCallContext(fcinfo, &mut context) } == 0 {
+        error!("{function} can only be called as part of merge_agg");
+    }
+    PgMemoryContexts::For(context)
+}
+
+/// The state's document, created empty in the aggregate context on first use.
+fn state_doc<'s>(
+    state: &'s mut Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+    function: &str,
+) -> &'s mut Automerge {
+    if !state.initialized() {
+        let mut context = aggregate_context(fcinfo, function);
+        *state = Internal::from(Some(pg_sys::Datum::from(
+            context.leak_and_drop_on_delete(Automerge::new()),
+        )));
+    }
+    // SAFETY: an initialized state of this aggregate always holds an Automerge.
+    unsafe { state.get_mut::<Automerge>() }.expect("initialized above")
+}
+
+#[pg_extern(immutable, parallel_safe)]
+fn automerge_merge_agg_transition(
+    mut state: Internal,
+    doc: Option<StoredDoc<'_>>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    const FUNCTION: &str = "automerge_merge_agg_transition";
+    let merged = state_doc(&mut state, fcinfo, FUNCTION);
+    if let Some(doc) = doc {
+        let mut loaded = stored::load(&doc, FUNCTION);
+        writes::merge_into(merged, &mut loaded).or_raise(FUNCTION);
+    }
+    state
+}
+
+#[pg_extern(immutable, parallel_safe)]
+fn automerge_merge_agg_combine(
+    mut left: Internal,
+    mut right: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    const FUNCTION: &str = "automerge_merge_agg_combine";
+    // SAFETY: an initialized state of this aggregate always holds an Automerge.
+    if let Some(other) = unsafe { right.get_mut::<Automerge>() } {
+        let merged = state_doc(&mut left, fcinfo, FUNCTION);
+        writes::merge_into(merged, other).or_raise(FUNCTION);
+    }
+    left
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_merge_agg_serialize(state: Internal) -> Vec<u8> {
+    // SAFETY: an initialized state of this aggregate always holds an Automerge.
+    unsafe { state.get::<Automerge>() }.map(Automerge::save).unwrap_or_default()
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_merge_agg_deserialize(
+    bytes: &[u8],
+    _unused: Internal,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Internal {
+    const FUNCTION: &str = "automerge_merge_agg_deserialize";
+    let mut state = Internal::from(None);
+    *state_doc(&mut state, fcinfo, FUNCTION) =
+        document::load_client_bytes(bytes).or_raise(FUNCTION);
+    state
+}
+
+#[pg_extern(immutable, parallel_safe)]
+fn automerge_merge_agg_final(state: Internal) -> Option<StoredDoc<'static>> {
+    // SAFETY: an initialized state of this aggregate always holds an Automerge.
+    unsafe { state.get::<Automerge>() }.map(|doc| StoredDoc::owned(document::to_stored(doc)))
+}
+
+extension_sql!(
+    r#"
+CREATE AGGREGATE merge_agg(automerge) (
+    SFUNC = automerge_merge_agg_transition,
+    STYPE = internal,
+    FINALFUNC = automerge_merge_agg_final,
+    COMBINEFUNC = automerge_merge_agg_combine,
+    SERIALFUNC = automerge_merge_agg_serialize,
+    DESERIALFUNC = automerge_merge_agg_deserialize,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the group';
+"#,
+    name = "merge_agg",
+    requires = [
+        "automerge_type",
+        automerge_merge_agg_transition,
+        automerge_merge_agg_combine,
+        automerge_merge_agg_serialize,
+        automerge_merge_agg_deserialize,
+        automerge_merge_agg_final
+    ],
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use automerge::transaction::Transactable;
+    use automerge::{AutoCommit, ROOT};
+    use pgrx::prelude::*;
+
+    use crate::test_support::sample;
+
+    #[pg_test]
+    fn merges_every_row_and_skips_nulls() {
+        Spi::run("CREATE TABLE forks (doc automerge)").unwrap();
+        let mut expected = AutoCommit::load(&sample("project").save()).unwrap();
+        for actor in 1..=5u8 {
+            let mut fork = AutoCommit::load(&sample("project").save())
+                .unwrap()
+                .with_actor(automerge::ActorId::from([actor + 100; 16]));
+            fork.put(ROOT, format!("k{actor}"), actor as i64).unwrap();
+            expected.merge(&mut fork.clone()).unwrap();
+            Spi::run_with_args("INSERT INTO forks VALUES ($1)", &[fork.save().into()]).unwrap();
+        }
+        Spi::run("INSERT INTO forks VALUES (NULL)").unwrap();
+        let heads = Spi::get_one::<Vec<String>>("SELECT automerge_heads(merge_agg(doc)) FROM forks");
+        assert_eq!(heads.unwrap().unwrap(), pg_automerge_core::heads::to_hex(&expected.get_heads()));
+    }
+
+    #[pg_test]
+    fn no_rows_give_null() {
+        let none = Spi::get_one::<bool>("SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc WHERE false) d");
+        assert_eq!(none.unwrap(), Some(true));
+    }
+
+    #[pg_test]
+    fn the_planner_runs_it_in_parallel() {
+        Spi::run(
+            "CREATE TABLE many AS SELECT i, '\\x'::automerge AS doc FROM generate_series(1, 1000) i; \
+             ANALYZE many; \
+             SET LOCAL parallel_setup_cost = 0; SET LOCAL parallel_tuple_cost = 0; \
+             SET LOCAL min_parallel_table_scan_size = 0; SET LOCAL max_parallel_workers_per_gather = 2;",
+        )
+        .unwrap();
+        let plan: Vec<String> = Spi::connect(|client| {
+            client
+                .select("EXPLAIN (COSTS OFF) SELECT merge_agg(doc) FROM many", None, &[])
+                .unwrap()
+                .map(|row| row.get::<String>(1).unwrap().unwrap())
+                .collect()
+        });
+        let plan = plan.join("\n");
+        assert!(plan.contains("Partial Aggregate"), "{plan}");
+        assert!(plan.contains("Finalize Aggregate"), "{plan}");
+    }
+}
