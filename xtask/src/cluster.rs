@@ -136,7 +136,7 @@ impl Cluster {
         format!("{} {}", self.psql_path().display(), self.connection_args(database).join(" "))
     }
 
-    fn psql_path(&self) -> PathBuf {
+    pub fn psql_path(&self) -> PathBuf {
         self.major.bindir().join("psql")
     }
 

@@ -13,7 +13,7 @@ use crate::doc_examples;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
-use crate::run::{start_with_samples, Fresh};
+use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
 use crate::step::step;
 
@@ -44,7 +44,10 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
 
     let core = step("core crates: unit tests and properties", || {
         let mut cargo = Command::new("cargo");
-        cargo.args(["test", "--workspace", "--exclude", "pg_automerge"]).current_dir(project_root());
+        // The extension's tests need a backend and the snapshots a cluster: both run per major.
+        cargo
+            .args(["test", "--workspace", "--exclude", "pg_automerge", "--exclude", "sql_snapshots"])
+            .current_dir(project_root());
         counted(cargo)
     })?;
     summary.push(format!("core crates: {core}"));
@@ -52,13 +55,17 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
 
     for major in flags.pg.majors() {
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
-        let examples =
-            step(&format!("{major}: documentation examples"), || documentation_examples(sh, major))?;
+        let (examples, snapshots) = step(
+            &format!("{major}: documentation examples and SQL snapshots"),
+            || cluster_checks(sh, major),
+        )?;
         summary.push(format!(
-            "{major}: extension tests {extension}; documentation examples {examples}"
+            "{major}: extension tests {extension}; documentation examples {examples}; \
+             SQL snapshots {snapshots}"
         ));
         total += extension;
         total += examples;
+        total += snapshots;
     }
 
     println!();
@@ -88,14 +95,24 @@ fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
     counted(pgrx)
 }
 
-/// Runs the SQL examples of README.md and docs/ on a fresh database with the sample
-/// documents, against the extension that the pgrx tests just installed.
-fn documentation_examples(sh: &Shell, major: PgMajor) -> Result<Counts> {
+/// Runs the SQL examples of README.md and docs/, then the insta snapshots of every
+/// function's psql output, on a fresh database with the sample documents, against the
+/// extension that the pgrx tests just installed.
+fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
     let cluster: Cluster = start_with_samples(sh, major, "test", Fresh::Yes)?;
-    let counts = doc_examples::check_all(&cluster);
+    let checks = doc_examples::check_all(&cluster).and_then(|examples| {
+        let mut snapshots = Command::new("cargo");
+        snapshots
+            .args(["test", "--package", "sql_snapshots"])
+            .env(sql_snapshots::PSQL_ENV, cluster.psql_path())
+            .env(sql_snapshots::CONNECTION_ENV, cluster.connection_args(DATABASE).join(" "))
+            .current_dir(project_root());
+        Ok((examples, counted(snapshots)?))
+    });
     cluster.stop()?;
-    counts
+    checks
 }
+
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test

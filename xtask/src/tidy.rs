@@ -34,7 +34,8 @@ fn files_below(dir: &str, suffix: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The SQL names of the extension's functions: `fn name` after each `#[pg_extern…]`.
+/// The SQL names of the extension's functions: the `name = "…"` of each `#[pg_extern…]`,
+/// or else the name of the `fn` after it.
 fn sql_functions() -> Vec<String> {
     let mut names = Vec::new();
     for file in files_below("extension/pg_automerge/src", ".rs") {
@@ -42,7 +43,10 @@ fn sql_functions() -> Vec<String> {
         let mut after_attribute = false;
         for line in text.lines().map(str::trim) {
             if line.starts_with("#[pg_extern") {
-                after_attribute = true;
+                match line.split_once("name = \"") {
+                    Some((_, rest)) => names.push(rest.split('"').next().unwrap().to_string()),
+                    None => after_attribute = true,
+                }
             } else if after_attribute {
                 if let Some(rest) = line.strip_prefix("fn ").or_else(|| line.strip_prefix("pub fn ")) {
                     names.push(rest.split(['(', '<']).next().unwrap().to_string());
@@ -51,6 +55,8 @@ fn sql_functions() -> Vec<String> {
             }
         }
     }
+    names.sort();
+    names.dedup();
     names
 }
 

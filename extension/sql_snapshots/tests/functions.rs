@@ -1,0 +1,82 @@
+//! What each SQL function shows in psql, on the sample documents, reviewed once and then
+//! guarded: a change in any output fails until the new snapshot is reviewed.
+
+use sql_snapshots::psql;
+
+fn snapshot(name: &str, sql: &str) {
+    insta::with_settings!({ description => sql, omit_expression => true }, {
+        insta::assert_snapshot!(name, psql(sql));
+    });
+}
+
+#[test]
+fn type_input_and_output() {
+    snapshot("text_output", "SELECT name, doc FROM sample_documents WHERE name IN ('empty', 'project') ORDER BY name;");
+    snapshot("bytea_cast", "SELECT doc::bytea FROM sample_documents WHERE name = 'empty';");
+    snapshot("bad_text", "SELECT 'not hex'::automerge;");
+    snapshot("bad_bytes", "SELECT '\\x0102'::bytea::automerge;");
+}
+
+#[test]
+fn jsonb() {
+    snapshot("jsonb_cast", "SELECT name, doc::jsonb FROM sample_documents ORDER BY name;");
+    snapshot("jsonb_operators", "SELECT doc->>'title' AS title, doc #> '{items,0}' AS first FROM sample_documents WHERE name = 'todo-list';");
+    snapshot(
+        "jsonb_at_heads",
+        "SELECT automerge_to_jsonb(doc, ARRAY[hash]) FROM sample_documents, automerge_changes(doc) \
+         WHERE name = 'todo-list' ORDER BY seq;",
+    );
+}
+
+#[test]
+fn writes() {
+    snapshot(
+        "merge",
+        "SELECT automerge_merge(a.doc, b.doc)::jsonb FROM sample_documents a, sample_documents b \
+         WHERE a.name = 'project' AND b.name = 'todo-list';",
+    );
+    snapshot(
+        "merge_operator_and_apply",
+        "SELECT (a.doc || b.doc) = automerge_apply(a.doc, b.doc::bytea) AS same FROM sample_documents a, sample_documents b \
+         WHERE a.name = 'project' AND b.name = 'meeting-notes';",
+    );
+    snapshot(
+        "apply_missing_dependencies",
+        "SELECT e.doc || (SELECT bytes FROM automerge_changes(p.doc) WHERE seq = 3) \
+         FROM sample_documents e, sample_documents p WHERE e.name = 'empty' AND p.name = 'project';",
+    );
+}
+
+#[test]
+fn history() {
+    snapshot("heads", "SELECT name, automerge_heads(doc), automerge_change_count(doc) FROM sample_documents ORDER BY name;");
+    snapshot(
+        "changes",
+        "SELECT hash, actor, seq, start_op, op_count, time, message, deps, octet_length(bytes) AS bytes \
+         FROM automerge_changes((SELECT doc FROM sample_documents WHERE name = 'meeting-notes'));",
+    );
+    snapshot(
+        "save_since",
+        "SELECT automerge_save_since(doc, '{}') FROM sample_documents WHERE name = 'meeting-notes';",
+    );
+    snapshot(
+        "unknown_heads",
+        "SELECT automerge_save_since(doc, ARRAY[repeat('ab', 32)]) FROM sample_documents WHERE name = 'project';",
+    );
+}
+
+#[test]
+fn spans() {
+    snapshot("spans", "SELECT automerge_spans(doc, '{content}') FROM sample_documents WHERE name = 'meeting-notes';");
+    snapshot("spans_not_text", "SELECT automerge_spans(doc, '{title}') FROM sample_documents WHERE name = 'meeting-notes';");
+}
+
+#[test]
+fn aggregate_and_equality() {
+    snapshot("merge_agg", "SELECT merge_agg(doc)::jsonb FROM sample_documents;");
+    snapshot(
+        "equality",
+        "SELECT a.name, b.name, a.doc = b.doc AS eq, automerge_cmp(a.doc, b.doc) AS cmp \
+         FROM sample_documents a, sample_documents b WHERE a.name <= b.name ORDER BY 1, 2;",
+    );
+}
