@@ -26,15 +26,15 @@ pub enum Verb {
 
 #[derive(Args, Debug)]
 pub struct SetupFlags {
-    /// Which PostgreSQL majors to provide.
-    #[arg(long, value_enum, default_value_t = PgChoice::All)]
+    /// Which PostgreSQL majors to provide: 15, 17, 18 or all.
+    #[arg(long, default_value_t = PgChoice::ALL)]
     pub pg: PgChoice,
 }
 
 #[derive(Args, Debug)]
 pub struct TestFlags {
-    /// Which PostgreSQL major to test against.
-    #[arg(long, value_enum, default_value_t = PgChoice::All)]
+    /// Which PostgreSQL major to test against: 15, 17, 18 or all.
+    #[arg(long, default_value_t = PgChoice::ALL)]
     pub pg: PgChoice,
 }
 
@@ -48,35 +48,55 @@ pub struct RunFlags {
     pub stop: bool,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PgChoice {
-    #[value(name = "15")]
-    Pg15,
-    #[value(name = "17")]
-    Pg17,
-    #[value(name = "18")]
-    Pg18,
-    #[value(name = "all")]
-    All,
-}
+/// `15`, `17`, `18` or `all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgChoice(Option<PgMajor>);
 
 impl PgChoice {
+    pub const ALL: PgChoice = PgChoice(None);
+
     pub fn majors(self) -> Vec<PgMajor> {
-        match self {
-            PgChoice::Pg15 => vec![PgMajor::Pg15],
-            PgChoice::Pg17 => vec![PgMajor::Pg17],
-            PgChoice::Pg18 => vec![PgMajor::Pg18],
-            PgChoice::All => PgMajor::ALL.to_vec(),
-        }
+        self.0.map_or_else(|| PgMajor::ALL.to_vec(), |major| vec![major])
     }
 }
 
 impl From<PgMajor> for PgChoice {
     fn from(major: PgMajor) -> PgChoice {
-        match major {
-            PgMajor::Pg15 => PgChoice::Pg15,
-            PgMajor::Pg17 => PgChoice::Pg17,
-            PgMajor::Pg18 => PgChoice::Pg18,
+        PgChoice(Some(major))
+    }
+}
+
+impl std::str::FromStr for PgChoice {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PgChoice, String> {
+        if text == "all" {
+            return Ok(PgChoice::ALL);
         }
+        PgMajor::from_str(text, false).map(PgChoice::from).map_err(|_| {
+            format!("`{text}` is not a supported major: choose 15, 17, 18 or all")
+        })
+    }
+}
+
+impl std::fmt::Display for PgChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(major) => write!(f, "{}", major.number()),
+            None => f.write_str("all"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_choices_parse() {
+        assert_eq!("all".parse::<PgChoice>().unwrap().majors(), PgMajor::ALL.to_vec());
+        assert_eq!("17".parse::<PgChoice>().unwrap().majors(), vec![PgMajor::Pg17]);
+        assert!("16".parse::<PgChoice>().is_err());
+        assert_eq!(PgChoice::ALL.to_string(), "all");
     }
 }
