@@ -11,6 +11,7 @@ mod history;
 mod io;
 mod jsonb;
 mod merge_agg;
+mod notify;
 mod spans;
 mod stored;
 mod writes;
