@@ -131,6 +131,11 @@ impl Cluster {
         ]
     }
 
+    /// The libpq connection string for `database`, as drivers and psql take it.
+    pub fn conninfo(&self, database: &str) -> String {
+        format!("host=127.0.0.1 port={} user={SUPERUSER} dbname={database}", self.port)
+    }
+
     /// The line a person types to connect.
     pub fn psql_line(&self, database: &str) -> String {
         format!("{} {}", self.psql_path().display(), self.connection_args(database).join(" "))

@@ -15,7 +15,7 @@ use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
-use crate::step::step;
+use crate::step::{note, step};
 
 /// How many tests passed and failed.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -46,26 +46,29 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         let mut cargo = Command::new("cargo");
         // The extension's tests need a backend and the snapshots a cluster: both run per major.
         cargo
-            .args(["test", "--workspace", "--exclude", "pg_automerge", "--exclude", "sql_snapshots"])
+            .args(["test", "--no-fail-fast", "--workspace"])
+            .args(["--exclude", "pg_automerge", "--exclude", "cluster_tests"])
             .current_dir(project_root());
         counted(cargo)
     })?;
     summary.push(format!("core crates: {core}"));
     total += core;
 
+    step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
+
     for major in flags.pg.majors() {
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
-        let (examples, snapshots) = step(
-            &format!("{major}: documentation examples and SQL snapshots"),
+        let (examples, cluster) = step(
+            &format!("{major}: documentation examples and cluster tests"),
             || cluster_checks(sh, major),
         )?;
         summary.push(format!(
             "{major}: extension tests {extension}; documentation examples {examples}; \
-             SQL snapshots {snapshots}"
+             cluster tests {cluster}"
         ));
         total += extension;
         total += examples;
-        total += snapshots;
+        total += cluster;
     }
 
     println!();
@@ -95,6 +98,18 @@ fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
     counted(pgrx)
 }
 
+/// Installs examples/node-client's npm dependencies as package-lock.json pins them (a few
+/// seconds). Without Node.js the cluster tests skip that example and say so.
+fn node_client_dependencies(sh: &Shell) -> Result<()> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note("Node.js is not installed: the Node.js client example will be skipped");
+        return Ok(());
+    }
+    let _dir = sh.push_dir("examples/node-client");
+    cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
+    Ok(())
+}
+
 /// Runs the SQL examples of README.md and docs/, then the insta snapshots of every
 /// function's psql output, on a fresh database with the sample documents, against the
 /// extension that the pgrx tests just installed.
@@ -103,9 +118,9 @@ fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
     let checks = doc_examples::check_all(&cluster).and_then(|examples| {
         let mut snapshots = Command::new("cargo");
         snapshots
-            .args(["test", "--package", "sql_snapshots"])
-            .env(sql_snapshots::PSQL_ENV, cluster.psql_path())
-            .env(sql_snapshots::CONNECTION_ENV, cluster.connection_args(DATABASE).join(" "))
+            .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--", "--nocapture"])
+            .env(cluster_tests::PSQL_ENV, cluster.psql_path())
+            .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
             .current_dir(project_root());
         Ok((examples, counted(snapshots)?))
     });

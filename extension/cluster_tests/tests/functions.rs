@@ -1,7 +1,7 @@
 //! What each SQL function shows in psql, on the sample documents, reviewed once and then
 //! guarded: a change in any output fails until the new snapshot is reviewed.
 
-use sql_snapshots::psql;
+use cluster_tests::psql;
 
 fn snapshot(name: &str, sql: &str) {
     insta::with_settings!({ description => sql, omit_expression => true }, {

@@ -1,0 +1,82 @@
+//! Helpers for tests that talk to a real cluster, the one `cargo xtask test` starts for
+//! each PostgreSQL major (with the extension and the sample documents loaded). xtask names
+//! it through two environment variables.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, Client, Notification, NoTls};
+
+/// The psql of the cluster's major.
+pub const PSQL_ENV: &str = "PG_AUTOMERGE_PSQL";
+/// A libpq connection string to the database with the samples.
+pub const CONNECTION_ENV: &str = "PG_AUTOMERGE_CONNECTION";
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: these tests run through `cargo xtask test`"))
+}
+
+pub fn conninfo() -> String {
+    env(CONNECTION_ENV)
+}
+
+/// The workspace root.
+pub fn project_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the workspace")
+}
+
+/// psql's output (results, then errors) for `sql`: one statement per call keeps the order.
+pub fn psql(sql: &str) -> String {
+    let mut child = Command::new(env(PSQL_ENV))
+        .args(["-X", "-q", "-d", &conninfo()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting psql");
+    child.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    for line in String::from_utf8_lossy(&output.stderr).lines() {
+        let line = line.strip_prefix("psql:<stdin>:").map_or(line, |rest| {
+            rest.split_once(": ").map_or(line, |(_, message)| message)
+        });
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// A connection whose driver runs on its own task.
+pub async fn connect() -> Client {
+    let (client, connection) = tokio_postgres::connect(&conninfo(), NoTls).await.expect("connecting");
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            eprintln!("connection closed: {err}");
+        }
+    });
+    client
+}
+
+/// A connection that hands every NOTIFY it receives to the returned channel.
+pub async fn connect_listening() -> (Client, mpsc::UnboundedReceiver<Notification>) {
+    let (client, mut connection) =
+        tokio_postgres::connect(&conninfo(), NoTls).await.expect("connecting");
+    let (sender, receiver) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(notification)) => {
+                    let _ = sender.send(notification);
+                }
+                Ok(_) => {}
+                Err(err) => panic!("listening connection failed: {err}"),
+            }
+        }
+    });
+    (client, receiver)
+}
