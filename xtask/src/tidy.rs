@@ -34,15 +34,15 @@ fn files_below(dir: &str, suffix: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The SQL names of the extension's functions: the `name = "…"` of each `#[pg_extern…]`,
-/// or else the name of the `fn` after it.
+/// The SQL names of the extension's functions: the `name = "…"` of each `#[pg_extern…]`
+/// or `#[pg_trigger]`, or else the name of the `fn` after it.
 fn sql_functions() -> Vec<String> {
     let mut names = Vec::new();
     for file in files_below("extension/pg_automerge/src", ".rs") {
         let text = fs::read_to_string(&file).unwrap();
         let mut after_attribute = false;
         for line in text.lines().map(str::trim) {
-            if line.starts_with("#[pg_extern") {
+            if line.starts_with("#[pg_extern") || line.starts_with("#[pg_trigger") {
                 match line.split_once("name = \"") {
                     Some((_, rest)) => names.push(rest.split('"').next().unwrap().to_string()),
                     None => after_attribute = true,
