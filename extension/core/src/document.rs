@@ -2,7 +2,9 @@
 
 use automerge::{Automerge, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 
+use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, StoredValue, Summary};
+use crate::memory;
 use crate::Error;
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
@@ -13,7 +15,7 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
     if bytes.is_empty() {
         return Ok(Automerge::new());
     }
-    let doc = Automerge::load(bytes).map_err(|err| match err {
+    let doc = memory::timed_load(|| Automerge::load(bytes)).map_err(|err| match err {
         automerge::AutomergeError::MissingDeps => {
             Error::MissingDependencies(missing_dependencies(bytes))
         }
@@ -50,8 +52,27 @@ pub fn to_stored(doc: &Automerge) -> Vec<u8> {
     format::encode(&summarize(doc), &doc.save())
 }
 
-/// Validates client bytes and returns their stored form.
-pub fn stored_from_client_bytes(bytes: &[u8]) -> Result<Vec<u8>, Error> {
+/// The most memory a load may be estimated to take (`pg_automerge.max_load_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadLimit(pub Option<u64>);
+
+impl LoadLimit {
+    pub const NONE: LoadLimit = LoadLimit(None);
+
+    /// Refuses a load whose estimated peak is above the limit, before it starts.
+    pub fn check(self, estimate: &LoadEstimate) -> Result<(), Error> {
+        match self.0 {
+            Some(limit) if estimate.peak_bytes() > limit => {
+                Err(Error::LoadTooLarge { estimate: estimate.peak_bytes(), limit })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Validates client bytes, within the load limit, and returns their stored form.
+pub fn stored_from_client_bytes(bytes: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Error> {
+    limit.check(&estimate::estimate_client_bytes(bytes)?)?;
     load_client_bytes(bytes).map(|doc| to_stored(&doc))
 }
 
@@ -63,7 +84,8 @@ pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
 /// Loads the document of a stored value.
 pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
     let value = format::decode(stored)?;
-    Automerge::load(value.payload).map_err(|err| Error::CorruptStoredValue(err.to_string()))
+    memory::timed_load(|| Automerge::load(value.payload))
+        .map_err(|err| Error::CorruptStoredValue(err.to_string()))
 }
 
 #[cfg(test)]
@@ -94,7 +116,7 @@ mod tests {
     fn stores_a_save_unchanged_with_its_summary() {
         let doc = doc_with_title(1, "hello");
         let saved = doc.save();
-        let stored = stored_from_client_bytes(&saved).unwrap();
+        let stored = stored_from_client_bytes(&saved, LoadLimit::NONE).unwrap();
         assert_eq!(client_bytes(&stored).unwrap(), &saved[..]);
         let value = format::decode(&stored).unwrap();
         assert_eq!(value.summary.change_count, 1);

@@ -15,6 +15,9 @@ pub enum Error {
     #[error("the changes depend on {} change(s) that neither they nor the document contain", .0.len())]
     MissingDependenciesOnApply(Vec<ChangeHash>),
 
+    #[error("the documents cannot be merged: {0}")]
+    CannotMerge(String),
+
     #[error("{0}")]
     InvalidParameter(String),
 
@@ -26,6 +29,13 @@ pub enum Error {
 
     #[error("the value at path {path} is {found}, not text")]
     NotText { path: String, found: String },
+
+    #[error(
+        "loading this document is estimated to need {} MB, above pg_automerge.max_load_memory ({} MB)",
+        .estimate.div_ceil(1 << 20),
+        .limit / (1 << 20)
+    )]
+    LoadTooLarge { estimate: u64, limit: u64 },
 
     #[error("stored automerge value is corrupted: {0}")]
     CorruptStoredValue(String),
@@ -59,6 +69,8 @@ pub enum ErrorKind {
     InvalidParameter,
     /// A path that leads to something other than text (42809).
     WrongObjectType,
+    /// A load estimated above `pg_automerge.max_load_memory` (53400).
+    ConfigurationLimitExceeded,
     /// A stored value that fails its own consistency checks (XX001).
     DataCorrupted,
     /// A stored value written by a newer format than this build reads (0A000).
@@ -70,12 +82,14 @@ impl Error {
         match self {
             Error::InvalidText(_) => ErrorKind::InvalidText,
             Error::NotAutomerge(_)
+            | Error::CannotMerge(_)
             | Error::MissingDependencies(_)
             | Error::MissingDependenciesOnApply(_) => ErrorKind::InvalidBinary,
             Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
                 ErrorKind::InvalidParameter
             }
             Error::NotText { .. } => ErrorKind::WrongObjectType,
+            Error::LoadTooLarge { .. } => ErrorKind::ConfigurationLimitExceeded,
             Error::CorruptStoredValue(_) => ErrorKind::DataCorrupted,
             Error::UnsupportedFormatVersion { .. } => ErrorKind::FeatureNotSupported,
         }
@@ -100,6 +114,9 @@ impl Error {
             Error::NotAutomerge(_) => Some(
                 "Pass the bytes of Automerge save(), saveIncremental() or of encoded changes.",
             ),
+            Error::CannotMerge(_) => {
+                Some("Each client must use an actor id of its own; two histories that reuse one cannot be merged.")
+            }
             Error::MissingDependenciesOnApply(_) => {
                 Some("Send the missing changes with these, or a full save; the document is unchanged.")
             }
@@ -107,6 +124,10 @@ impl Error {
                 "A stand-alone value must contain every change its changes depend on: send a \
                  full save, or include the missing changes. To apply changes to a stored \
                  document, pass them as bytea: doc || $1::bytea.",
+            ),
+            Error::LoadTooLarge { .. } => Some(
+                "The estimate counts the document's operations and changes. A superuser can \
+                 raise pg_automerge.max_load_memory, or the client can send fewer changes at once.",
             ),
             Error::UnsupportedFormatVersion { .. } => {
                 Some("Install the pg_automerge version that wrote this value, or a newer one.")

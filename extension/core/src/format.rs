@@ -67,9 +67,37 @@ pub fn encode(summary: &Summary, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// How many leading bytes of a stored value hold its header: the fixed part first, then,
+/// once that is read, the whole header. Lets callers fetch only a header from TOAST.
+pub fn header_len(prefix: &[u8]) -> Option<usize> {
+    if prefix.len() < FIXED_HEADER_LEN {
+        return None;
+    }
+    Some(read_u32(prefix, 4) as usize)
+}
+
+/// The bytes to fetch first to learn the header's length.
+pub const HEADER_PREFIX_LEN: usize = FIXED_HEADER_LEN;
+
+/// Reads only the header: what `decode` checks, but without the payload.
+pub fn decode_header(header: &[u8]) -> Result<(u8, Summary), Error> {
+    let (version, summary, _) = split(header)?;
+    Ok((version, summary))
+}
+
 /// Reads a stored value's header and checks that it is consistent, without loading the
 /// document. Fails on anything this build did not write or cannot read.
 pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
+    let (version, summary, header_len) = split(stored)?;
+    let payload = &stored[header_len..];
+    if !payload.starts_with(&AUTOMERGE_MAGIC) {
+        return Err(Error::CorruptStoredValue("payload is not Automerge data".into()));
+    }
+    Ok(StoredValue { version, summary, payload })
+}
+
+/// The header's fields and length, checked.
+fn split(stored: &[u8]) -> Result<(u8, Summary, usize), Error> {
     let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
     if stored.len() < FIXED_HEADER_LEN {
         return Err(corrupt("shorter than its header"));
@@ -99,15 +127,7 @@ pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
         .chunks_exact(HASH_LEN)
         .map(|hash| ChangeHash(hash.try_into().expect("chunks_exact yields 32 bytes")))
         .collect();
-    let payload = &stored[header_len..];
-    if !payload.starts_with(&AUTOMERGE_MAGIC) {
-        return Err(corrupt("payload is not Automerge data"));
-    }
-    Ok(StoredValue {
-        version,
-        summary: Summary { change_count, op_count, heads },
-        payload,
-    })
+    Ok((version, Summary { change_count, op_count, heads }, header_len))
 }
 
 fn to_u32(n: usize) -> u32 {
@@ -180,6 +200,15 @@ mod tests {
                 "{what} was accepted"
             );
         }
+    }
+
+    #[test]
+    fn the_header_alone_can_be_read() {
+        let stored = encode(&summary(2), PAYLOAD);
+        let len = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
+        assert_eq!(len, 28 + 64);
+        assert_eq!(decode_header(&stored[..len]).unwrap(), (FORMAT_VERSION, summary(2)));
+        assert!(decode_header(&stored[..len - 1]).is_err());
     }
 
     proptest! {

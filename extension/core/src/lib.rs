@@ -4,10 +4,12 @@
 
 pub mod document;
 mod error;
+pub mod estimate;
 pub mod format;
 pub mod heads;
 pub mod history;
 pub mod json;
+pub mod memory;
 pub mod spans;
 pub mod text_form;
 pub mod writes;

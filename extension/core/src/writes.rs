@@ -3,34 +3,51 @@
 
 use automerge::{Automerge, AutomergeError, LoadOptions, OnPartialLoad, ReadDoc};
 
-use crate::document::{load_stored, to_stored};
+use crate::document::{load_stored, to_stored, LoadLimit};
+use crate::estimate::{estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
+use crate::memory;
 use crate::{format, Error};
 
-/// The merge of two stored documents. Equal heads mean equal documents: no load.
-pub fn merge(left: &[u8], right: &[u8]) -> Result<Vec<u8>, Error> {
-    if format::decode(left)?.summary.heads == format::decode(right)?.summary.heads {
+/// The merge of two stored documents. Equal heads mean equal documents: no load. The
+/// merge result is estimated from both headers and checked against `limit` first.
+pub fn merge(left: &[u8], right: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Error> {
+    let (l, r) = (format::decode(left)?, format::decode(right)?);
+    if l.summary.heads == r.summary.heads {
         return Ok(left.to_vec());
     }
+    // Merging decodes the right document's changes and applies them to the left one.
+    let incoming = estimate_stored(&r.summary, r.payload.len());
+    limit.check(&combined(&[
+        estimate_stored(&l.summary, l.payload.len()),
+        incoming,
+        estimate_applied(&incoming),
+    ]))?;
     let mut doc = load_stored(left)?;
     let mut other = load_stored(right)?;
     merge_into(&mut doc, &mut other)?;
     Ok(to_stored(&doc))
 }
 
-/// Merges `other` into `doc`; shared by `merge` and the aggregate.
+/// Merges `other` into `doc`; shared by `merge` and the aggregate. What makes a merge fail
+/// is in the documents themselves, such as two clients using one actor id.
 pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
-    doc.merge(other).map_err(|err| Error::CorruptStoredValue(err.to_string()))?;
+    doc.merge(other).map_err(|err| Error::CannotMerge(err.to_string()))?;
     Ok(())
 }
 
 /// Applies Automerge bytes (one change, several, an incremental save or a full save) to a
 /// stored document. Changes whose dependencies are in neither are refused, and nothing is
 /// lost: the statement fails and the stored value stays as it was.
-pub fn apply(stored: &[u8], changes: &[u8]) -> Result<Vec<u8>, Error> {
+pub fn apply(stored: &[u8], changes: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Error> {
     if changes.is_empty() {
         return Ok(stored.to_vec());
     }
-    let before = format::decode(stored)?.summary.heads;
+    let value = format::decode(stored)?;
+    limit.check(&combined(&[
+        estimate_stored(&value.summary, value.payload.len()),
+        estimate_client_bytes(changes)?,
+    ]))?;
+    let before = value.summary.heads;
     let mut doc = load_stored(stored)?;
     apply_to(&mut doc, changes)?;
     if doc.get_heads() == before {
@@ -39,12 +56,21 @@ pub fn apply(stored: &[u8], changes: &[u8]) -> Result<Vec<u8>, Error> {
     Ok(to_stored(&doc))
 }
 
+/// What loading several inputs into one document is estimated to take.
+fn combined(parts: &[LoadEstimate]) -> LoadEstimate {
+    parts.iter().fold(LoadEstimate { ops: 0, changes: 0, bytes: 0 }, |sum, part| LoadEstimate {
+        ops: sum.ops.saturating_add(part.ops),
+        changes: sum.changes.saturating_add(part.changes),
+        bytes: sum.bytes.saturating_add(part.bytes),
+    })
+}
+
 /// Applies Automerge bytes to a loaded document, refusing changes it cannot apply.
 pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
     // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
     // first: bad bytes are an error, never a silently shorter write.
     let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);
-    match Automerge::load_with_options(changes, strict) {
+    match memory::timed_load(|| Automerge::load_with_options(changes, strict)) {
         Ok(mut incoming) if incoming.get_missing_deps(&[]).is_empty() => {
             merge_into(doc, &mut incoming)?;
         }
@@ -76,15 +102,15 @@ mod tests {
 
     #[test]
     fn merging_equal_heads_returns_the_left_value() {
-        let stored = stored_from_client_bytes(&doc(1, "a").save()).unwrap();
-        assert_eq!(merge(&stored, &stored).unwrap(), stored);
+        let stored = stored_from_client_bytes(&doc(1, "a").save(), LoadLimit::NONE).unwrap();
+        assert_eq!(merge(&stored, &stored, LoadLimit::NONE).unwrap(), stored);
     }
 
     #[test]
     fn merge_combines_both_sides() {
-        let a = stored_from_client_bytes(&doc(1, "a").save()).unwrap();
-        let b = stored_from_client_bytes(&doc(2, "b").save()).unwrap();
-        let merged = load_stored(&merge(&a, &b).unwrap()).unwrap();
+        let a = stored_from_client_bytes(&doc(1, "a").save(), LoadLimit::NONE).unwrap();
+        let b = stored_from_client_bytes(&doc(2, "b").save(), LoadLimit::NONE).unwrap();
+        let merged = load_stored(&merge(&a, &b, LoadLimit::NONE).unwrap()).unwrap();
         assert_eq!(merged.get_heads().len(), 2);
         assert!(merged.get(ROOT, "a").unwrap().is_some());
         assert!(merged.get(ROOT, "b").unwrap().is_some());
@@ -93,43 +119,43 @@ mod tests {
     #[test]
     fn applies_new_changes_and_ignores_known_ones() {
         let mut local = doc(1, "a");
-        let stored = stored_from_client_bytes(&local.save()).unwrap();
+        let stored = stored_from_client_bytes(&local.save(), LoadLimit::NONE).unwrap();
         let heads = local.get_heads();
         local.put(ROOT, "more", 2_i64).unwrap();
         let change = local.save_after(&heads);
-        let applied = apply(&stored, &change).unwrap();
+        let applied = apply(&stored, &change, LoadLimit::NONE).unwrap();
         assert_eq!(load_stored(&applied).unwrap().get_heads(), local.get_heads());
         // The same change again, or nothing, changes nothing.
-        assert_eq!(apply(&applied, &change).unwrap(), applied);
-        assert_eq!(apply(&applied, &[]).unwrap(), applied);
+        assert_eq!(apply(&applied, &change, LoadLimit::NONE).unwrap(), applied);
+        assert_eq!(apply(&applied, &[], LoadLimit::NONE).unwrap(), applied);
     }
 
     #[test]
     fn applies_changes_that_depend_on_the_stored_document() {
         let mut local = doc(1, "a");
-        let stored = stored_from_client_bytes(&local.save()).unwrap();
+        let stored = stored_from_client_bytes(&local.save(), LoadLimit::NONE).unwrap();
         let heads = local.get_heads();
         local.put(ROOT, "b", 1_i64).unwrap();
         local.commit();
         local.put(ROOT, "c", 1_i64).unwrap();
         let two_changes = local.save_after(&heads);
-        let applied = load_stored(&apply(&stored, &two_changes).unwrap()).unwrap();
+        let applied = load_stored(&apply(&stored, &two_changes, LoadLimit::NONE).unwrap()).unwrap();
         assert_eq!(applied.get_heads(), local.get_heads());
     }
 
     #[test]
     fn refuses_changes_with_missing_dependencies_and_garbage() {
         let mut local = doc(1, "a");
-        let stored = stored_from_client_bytes(&AutoCommit::new().save()).unwrap();
+        let stored = stored_from_client_bytes(&AutoCommit::new().save(), LoadLimit::NONE).unwrap();
         let heads = local.get_heads();
         local.put(ROOT, "more", 2_i64).unwrap();
         let orphan = local.save_after(&heads);
-        assert!(matches!(apply(&stored, &orphan), Err(Error::MissingDependenciesOnApply(h)) if h == heads));
+        assert!(matches!(apply(&stored, &orphan, LoadLimit::NONE), Err(Error::MissingDependenciesOnApply(h)) if h == heads));
         for garbage in [&b"junk"[..], &[0xde, 0xad], &[0x85, 0x6f, 0x4a, 0x83]] {
-            assert!(matches!(apply(&stored, garbage), Err(Error::NotAutomerge(_))), "{garbage:?}");
+            assert!(matches!(apply(&stored, garbage, LoadLimit::NONE), Err(Error::NotAutomerge(_))), "{garbage:?}");
         }
         let mut truncated = local.save();
         truncated.pop();
-        assert!(matches!(apply(&stored, &truncated), Err(Error::NotAutomerge(_))));
+        assert!(matches!(apply(&stored, &truncated, LoadLimit::NONE), Err(Error::NotAutomerge(_))));
     }
 }

@@ -5,7 +5,7 @@
 
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, AutoSerde, Automerge, ObjType, ReadDoc, ROOT};
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes};
+use pg_automerge_core::document::{load_stored, stored_from_client_bytes, LoadLimit};
 use pg_automerge_core::{format, json, writes};
 use proptest::prelude::*;
 
@@ -67,7 +67,7 @@ fn replicas(edits: &[Edit]) -> ([AutoCommit; 3], Vec<automerge::ChangeHash>) {
 }
 
 fn stored(doc: &mut AutoCommit) -> Vec<u8> {
-    stored_from_client_bytes(&doc.save()).unwrap()
+    stored_from_client_bytes(&doc.save(), LoadLimit::NONE).unwrap()
 }
 
 /// What a stored value shows: heads and JSON.
@@ -87,15 +87,17 @@ proptest! {
     fn merge_is_commutative(edits in edits()) {
         let ([mut a, mut b, _], _) = replicas(&edits);
         let (a, b) = (stored(&mut a), stored(&mut b));
-        prop_assert_eq!(state(&writes::merge(&a, &b).unwrap()), state(&writes::merge(&b, &a).unwrap()));
+        let merge = |x: &[u8], y: &[u8]| writes::merge(x, y, LoadLimit::NONE).unwrap();
+        prop_assert_eq!(state(&merge(&a, &b)), state(&merge(&b, &a)));
     }
 
     #[test]
     fn merge_is_associative(edits in edits()) {
         let ([mut a, mut b, mut c], _) = replicas(&edits);
         let (a, b, c) = (stored(&mut a), stored(&mut b), stored(&mut c));
-        let left = writes::merge(&writes::merge(&a, &b).unwrap(), &c).unwrap();
-        let right = writes::merge(&a, &writes::merge(&b, &c).unwrap()).unwrap();
+        let merge = |x: &[u8], y: &[u8]| writes::merge(x, y, LoadLimit::NONE).unwrap();
+        let left = merge(&merge(&a, &b), &c);
+        let right = merge(&a, &merge(&b, &c));
         prop_assert_eq!(state(&left), state(&right));
     }
 
@@ -103,10 +105,10 @@ proptest! {
     fn merge_is_idempotent(edits in edits()) {
         let ([mut a, mut b, _], _) = replicas(&edits);
         let (a, b) = (stored(&mut a), stored(&mut b));
-        prop_assert_eq!(writes::merge(&a, &a).unwrap(), a.clone());
-        let ab = writes::merge(&a, &b).unwrap();
-        prop_assert_eq!(state(&writes::merge(&ab, &b).unwrap()), state(&ab));
-        prop_assert_eq!(state(&writes::merge(&a, &ab).unwrap()), state(&ab));
+        prop_assert_eq!(writes::merge(&a, &a, LoadLimit::NONE).unwrap(), a.clone());
+        let ab = writes::merge(&a, &b, LoadLimit::NONE).unwrap();
+        prop_assert_eq!(state(&writes::merge(&ab, &b, LoadLimit::NONE).unwrap()), state(&ab));
+        prop_assert_eq!(state(&writes::merge(&a, &ab, LoadLimit::NONE).unwrap()), state(&ab));
     }
 
     #[test]
@@ -114,8 +116,8 @@ proptest! {
         let ([mut a, mut b, _], base) = replicas(&edits);
         let changes_of_b = b.save_after(&base);
         let (a, b) = (stored(&mut a), stored(&mut b));
-        let applied = writes::apply(&a, &changes_of_b).unwrap();
-        prop_assert_eq!(state(&applied), state(&writes::merge(&a, &b).unwrap()));
+        let applied = writes::apply(&a, &changes_of_b, LoadLimit::NONE).unwrap();
+        prop_assert_eq!(state(&applied), state(&writes::merge(&a, &b, LoadLimit::NONE).unwrap()));
     }
 
     #[test]
@@ -124,7 +126,7 @@ proptest! {
         let mut crate_merge: Automerge = a.document().clone();
         crate_merge.merge(&mut b.document().clone()).unwrap();
         let expected = serde_json::to_value(AutoSerde::from(&crate_merge)).unwrap();
-        let ours = writes::merge(&stored(&mut a), &stored(&mut b)).unwrap();
+        let ours = writes::merge(&stored(&mut a), &stored(&mut b), LoadLimit::NONE).unwrap();
         prop_assert_eq!(state(&ours).1, expected);
         prop_assert_eq!(state(&ours).0, crate_merge.get_heads());
     }
@@ -133,7 +135,7 @@ proptest! {
     fn stored_values_round_trip(edits in edits()) {
         let ([mut a, _, _], _) = replicas(&edits);
         let saved = a.save();
-        let stored = stored_from_client_bytes(&saved).unwrap();
+        let stored = stored_from_client_bytes(&saved, LoadLimit::NONE).unwrap();
         prop_assert_eq!(pg_automerge_core::document::client_bytes(&stored).unwrap(), &saved[..]);
         prop_assert_eq!(state(&stored).0, a.get_heads());
     }

@@ -1,0 +1,1004 @@
+//! Estimating the peak memory of a load before it starts, from the bytes alone.
+//!
+//! Automerge bytes are a concatenation of chunks (automerge 0.12, `storage/chunk.rs`):
+//! four magic bytes, a four-byte checksum, a chunk type (0 document, 1 change, 2 deflated
+//! change, 3 bundle) and the uLEB128 length of the data that follows. Documents, changes
+//! and bundles describe their operations in columns (`storage/columns/`): a list of
+//! (specification, length) pairs, then the column data back to back. A specification packs
+//! the column id (`spec >> 4`), a deflate bit (`spec & 8`) and a type (`spec & 7`).
+//!
+//! What a load costs grows with the number of rows those columns hold, and a few bytes of
+//! run-length encoding can describe millions of rows; a few bytes of DEFLATE can inflate to
+//! gigabytes. So the estimate reads every column and counts its rows by decoding run
+//! lengths only, never values, and inflates deflated data as a stream through a small
+//! buffer, counting the bytes it produces and never keeping them. The memory this takes is
+//! a few buffers whatever the input; the time is proportional to the column data once
+//! inflated.
+//!
+//! The counts are upper bounds on what a load materializes: every column is counted (not
+//! just the one Automerge sizes the others by), the largest count wins, a damaged column
+//! counts the rows read before the damage, and actor ids and column specifications, which a
+//! load keeps in vectors, count as rows too. What the estimate refuses as malformed
+//! (`Error::NotAutomerge`) is malformed chunk structure, which Automerge refuses as well.
+//!
+//! # Calibration
+//!
+//! The costs below were fitted (`tests/estimate_peaks.rs`, `calibrate`) to the peaks that
+//! automerge 0.12 loads reach, measured with the counting allocator: rich text, lists of
+//! maps, text edited and deleted by several actors, counters, conflicts, many small
+//! changes, single big changes, big string values, each as `save()`, as change chunks, as
+//! deflated change chunks and as a bundle, at sizes on both sides of vector doublings. The
+//! estimate is at least 1.15 times every measured peak above a few MB, and at most about 3
+//! times for all but histories where every change depends on dozens of others.
+//!
+//! The two ways a load goes differ by three to four times per operation. Reading the first
+//! chunk as a document keeps the columns encoded (about 150 bytes per map operation, 300
+//! per text operation at the peak). Every other chunk (change chunks, bundles, later
+//! documents) is decoded into changes that are applied at once, each operation decoded on
+//! the heap (500 to 850 bytes at the peak). [`LoadEstimate::ops`] therefore counts
+//! operations weighted by that cost, in units of [`BYTES_PER_OP`], the cost of an operation
+//! read from a document.
+
+use std::io::{ErrorKind, Read};
+
+use flate2::bufread::DeflateDecoder;
+
+use crate::format::Summary;
+use crate::Error;
+
+/// What a load is estimated to need; [`LoadEstimate::peak_bytes`] turns it into bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadEstimate {
+    /// Operations, in units of the cost of an operation read from a document. For client
+    /// bytes, each row of the operation columns counts by what it costs the way the load
+    /// reads it (see the module documentation and [`weights`]): a map operation of a
+    /// document 5/8, a list or text insertion 7/8, a successor entry 3/8, an operation
+    /// applied as part of a change 22/8. For a stored value, the operation count of its
+    /// changes.
+    pub ops: u64,
+    /// Changes: one per change chunk, the rows of the change columns of a document or
+    /// bundle.
+    pub changes: u64,
+    /// Bytes: for client bytes, the input, plus everything its deflated parts inflate to
+    /// (Automerge inflates them whole), plus what runs of a repeated string (a key, a mark
+    /// name, a message) expand to when every row gets its own copy; for a stored value,
+    /// its Automerge bytes.
+    pub bytes: u64,
+}
+
+/// Memory of any load, however small.
+pub const BASE_BYTES: u64 = 256 << 10;
+/// Bytes a load holds at its peak per operation read from a document chunk: the encoded
+/// columns, the indexes, the changes rebuilt to check the heads' hashes.
+pub const BYTES_PER_OP: u64 = 384;
+/// Bytes a load holds at its peak per change, besides its operations.
+pub const BYTES_PER_CHANGE: u64 = 2 << 10;
+/// Bytes a load holds at its peak per input byte and per byte that deflated data inflates
+/// to: the copies a load makes of them (up to seven of a deflated document column).
+pub const BYTES_PER_BYTE: u64 = 8;
+
+/// What a row of each kind counts as in [`LoadEstimate::ops`], in eighths of an operation
+/// read from a document ([`BYTES_PER_OP`] / 8 = 48 bytes).
+pub mod weights {
+    /// Any row of the operation columns of the first document chunk, and each of its
+    /// actors and columns.
+    pub const DOCUMENT_ROW: u64 = 5;
+    /// Extra for a row of the first document chunk that inserts into a list or text.
+    pub const DOCUMENT_INSERT: u64 = 2;
+    /// A successor entry of the first document chunk.
+    pub const DOCUMENT_SUCCESSOR: u64 = 3;
+    /// A dependency entry of the first document chunk's changes.
+    pub const DOCUMENT_DEPENDENCY: u64 = 2;
+    /// An operation applied as part of a change (change chunks, bundles, later documents),
+    /// and an actor or column beyond those any change has.
+    pub const CHANGE_ROW: u64 = 22;
+    /// A predecessor entry of such an operation.
+    pub const CHANGE_PREDECESSOR: u64 = 2;
+    /// A dependency entry of a bundle's or later document's changes.
+    pub const CHANGE_DEPENDENCY: u64 = 2;
+}
+
+impl LoadEstimate {
+    /// The estimated peak of the Rust heap during the load, in bytes (saturating).
+    pub fn peak_bytes(&self) -> u64 {
+        BASE_BYTES
+            .saturating_add(BYTES_PER_OP.saturating_mul(self.ops))
+            .saturating_add(BYTES_PER_CHANGE.saturating_mul(self.changes))
+            .saturating_add(BYTES_PER_BYTE.saturating_mul(self.bytes))
+    }
+}
+
+/// Estimates what `Automerge::load(bytes)` will need, without loading: `bytes` is any
+/// concatenation of document, change, deflated change and bundle chunks. Empty input is
+/// the empty document. Bytes that are not Automerge chunks are refused.
+pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
+    let mut counts = Counts::default();
+    let mut rest = bytes;
+    let mut first = true;
+    while !rest.is_empty() {
+        let (chunk_type, body, after) = chunk(rest)?;
+        match chunk_type {
+            // Only a first document chunk is loaded as a document; a later one is rebuilt
+            // into changes and applied with the other changes.
+            DOCUMENT => document(body, first, &mut counts)?,
+            CHANGE => change_body(&mut Cursor::new(body), &mut counts)?,
+            COMPRESSED_CHANGE => {
+                let mut inflate = Inflate::new(body);
+                change_body(&mut inflate, &mut counts)?;
+                // The extra bytes after the columns are inflated (and kept) too.
+                inflate.skip(u64::MAX);
+                Counts::add(&mut counts.inflated, inflate.produced());
+            }
+            BUNDLE => bundle(body, &mut counts)?,
+            other => return Err(not_automerge(format!("unknown chunk type {other}"))),
+        }
+        first = false;
+        rest = after;
+    }
+    Ok(LoadEstimate {
+        ops: counts.weighted_ops(),
+        changes: counts.changes,
+        bytes: (bytes.len() as u64)
+            .saturating_add(counts.inflated)
+            .saturating_add(counts.expanded),
+    })
+}
+
+/// The estimate of loading a stored value, from its header: no decoding. It cannot see
+/// what the payload's deflated columns inflate to, nor how many dependencies its changes
+/// have; `estimate_client_bytes(payload)` can, at the cost of a pass over the payload.
+pub fn estimate_stored(summary: &Summary, payload_len: usize) -> LoadEstimate {
+    LoadEstimate {
+        ops: summary.op_count,
+        changes: summary.change_count,
+        bytes: payload_len as u64,
+    }
+}
+
+/// What applying the changes of a stored value to another loaded document adds, as a
+/// merge does (`Automerge::merge` decodes the other document's new changes and applies
+/// them): its operations at the cost of operations applied as changes, its changes and
+/// bytes. Measured on merges of unrelated documents, `stored(left) + stored(right) +
+/// applied(stored(right))` is 2 to 2.3 times the peak; without the last term it is below
+/// it (0.65 to 0.8 times).
+pub fn estimate_applied(stored: &LoadEstimate) -> LoadEstimate {
+    LoadEstimate {
+        ops: stored.ops.saturating_mul(weights::CHANGE_ROW).div_ceil(8),
+        changes: stored.changes,
+        bytes: stored.bytes,
+    }
+}
+
+const MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
+const DOCUMENT: u8 = 0;
+const CHANGE: u8 = 1;
+const COMPRESSED_CHANGE: u8 = 2;
+const BUNDLE: u8 = 3;
+const HASH_LEN: u64 = 32;
+/// Other actors and columns of a change chunk that the cost of a change covers.
+const FREE_ACTORS: u64 = 16;
+const FREE_COLUMNS: u64 = 32;
+
+const DEFLATE_BIT: u32 = 0b1000;
+const TYPE_GROUP: u32 = 0;
+/// The id of the insert column, in documents, changes and bundles alike.
+const INSERT_COLUMN_ID: u32 = 3;
+const TYPE_BOOLEAN: u32 = 4;
+const TYPE_STRING: u32 = 5;
+const TYPE_VALUE: u32 = 7;
+
+fn not_automerge(what: impl Into<String>) -> Error {
+    Error::NotAutomerge(what.into())
+}
+
+fn truncated(what: &str) -> Error {
+    not_automerge(format!("truncated chunk: {what} runs past the end"))
+}
+
+/// What the chunks add up to. A load reads the first chunk, if it is a document, as a
+/// document; it decodes every other chunk into changes and applies them all at once.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Rows of the first document chunk's operation columns, its actors and columns.
+    doc_ops: u64,
+    /// Those of them that insert into a list or text.
+    doc_inserts: u64,
+    /// Its successor entries.
+    doc_succ: u64,
+    /// Its dependency entries.
+    doc_deps: u64,
+    /// Operation rows, actors and columns of the chunks applied as changes.
+    change_ops: u64,
+    /// Their predecessor (or successor) entries.
+    change_preds: u64,
+    /// Their dependency entries (of bundles and later documents).
+    change_deps: u64,
+    changes: u64,
+    /// Bytes that deflated data inflates to.
+    inflated: u64,
+    /// Bytes that runs of repeated strings expand to.
+    expanded: u64,
+}
+
+impl Counts {
+    fn add(field: &mut u64, n: u64) {
+        *field = field.saturating_add(n);
+    }
+
+    /// The rows, weighted by what each kind costs (rounded up to whole operations).
+    fn weighted_ops(&self) -> u64 {
+        use weights::*;
+        let eighths = [
+            (self.doc_ops, DOCUMENT_ROW),
+            (self.doc_inserts, DOCUMENT_INSERT),
+            (self.doc_succ, DOCUMENT_SUCCESSOR),
+            (self.doc_deps, DOCUMENT_DEPENDENCY),
+            (self.change_ops, CHANGE_ROW),
+            (self.change_preds, CHANGE_PREDECESSOR),
+            (self.change_deps, CHANGE_DEPENDENCY),
+        ]
+        .iter()
+        .fold(0u64, |sum, (rows, weight)| {
+            sum.saturating_add(rows.saturating_mul(*weight))
+        });
+        eighths.div_ceil(8)
+    }
+
+    /// Adds what a document or bundle chunk holds.
+    fn add_columns(&mut self, as_document: bool, ops: &ColumnSet, changes: &ColumnSet, other: u64) {
+        Self::add(&mut self.changes, changes.outer);
+        Self::add(
+            &mut self.expanded,
+            ops.expanded.saturating_add(changes.expanded),
+        );
+        if as_document {
+            Self::add(&mut self.doc_ops, ops.outer.saturating_add(other));
+            Self::add(&mut self.doc_inserts, ops.inserts);
+            Self::add(&mut self.doc_succ, ops.inner);
+            Self::add(&mut self.doc_deps, changes.inner);
+        } else {
+            Self::add(&mut self.change_ops, ops.outer.saturating_add(other));
+            Self::add(&mut self.change_preds, ops.inner);
+            Self::add(&mut self.change_deps, changes.inner);
+        }
+    }
+}
+
+/// Splits off the first chunk: its type, its data and the rest of the input.
+fn chunk(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
+    if !input.starts_with(&MAGIC[..input.len().min(4)]) {
+        return Err(not_automerge("missing the Automerge magic bytes"));
+    }
+    if input.len() < 9 {
+        return Err(not_automerge("truncated chunk header"));
+    }
+    let chunk_type = input[8];
+    let mut cursor = Cursor::new(&input[9..]);
+    let len = uleb(&mut cursor).ok_or_else(|| not_automerge("bad chunk length"))?;
+    let data = &input[9 + cursor.pos..];
+    match usize::try_from(len) {
+        Ok(len) if len <= data.len() => Ok((chunk_type, &data[..len], &data[len..])),
+        _ => Err(truncated("the chunk")),
+    }
+}
+
+/// A document chunk: actors, heads, change and operation column specifications, change
+/// and operation column data, head indexes.
+fn document(body: &[u8], first: bool, counts: &mut Counts) -> Result<(), Error> {
+    let mut c = Cursor::new(body);
+    let actors = actor_list(&mut c)?;
+    hash_list(&mut c)?;
+    let change_specs = c.pos;
+    let (change_cols, change_len) = spec_list(&mut c)?;
+    let op_specs = c.pos;
+    let (op_cols, op_len) = spec_list(&mut c)?;
+    let change_data = c
+        .take(change_len)
+        .ok_or_else(|| truncated("change column data"))?;
+    let op_data = c
+        .take(op_len)
+        .ok_or_else(|| truncated("operation column data"))?;
+    let changes = sliced_columns(&body[change_specs..], change_data, counts)?;
+    let ops = sliced_columns(&body[op_specs..], op_data, counts)?;
+    let other = actors.saturating_add(change_cols).saturating_add(op_cols);
+    counts.add_columns(first, &ops, &changes, other);
+    Ok(())
+}
+
+/// A bundle chunk: dependencies, actors, change columns (specifications then data), then
+/// operation columns (specifications then data).
+fn bundle(body: &[u8], counts: &mut Counts) -> Result<(), Error> {
+    let mut c = Cursor::new(body);
+    hash_list(&mut c)?;
+    let actors = actor_list(&mut c)?;
+    let change_specs = c.pos;
+    let (change_cols, change_len) = spec_list(&mut c)?;
+    let change_data = c
+        .take(change_len)
+        .ok_or_else(|| truncated("change column data"))?;
+    let op_specs = c.pos;
+    let (op_cols, op_len) = spec_list(&mut c)?;
+    let op_data = c
+        .take(op_len)
+        .ok_or_else(|| truncated("operation column data"))?;
+    let changes = sliced_columns(&body[change_specs..], change_data, counts)?;
+    let ops = sliced_columns(&body[op_specs..], op_data, counts)?;
+    let other = actors.saturating_add(change_cols).saturating_add(op_cols);
+    counts.add_columns(false, &ops, &changes, other);
+    Ok(())
+}
+
+/// The body of a change chunk, read from the chunk or from its inflated stream: the
+/// dependencies, actor, sequence number, start op, time, message, other actors, then the
+/// operation column specifications and data. Extra bytes after the columns are left.
+fn change_body<S: Rewind>(src: &mut S, counts: &mut Counts) -> Result<(), Error> {
+    hash_list(src)?;
+    actor(src)?;
+    uleb(src).ok_or_else(|| truncated("the sequence number"))?;
+    uleb(src).ok_or_else(|| truncated("the start op"))?;
+    sleb(src).ok_or_else(|| truncated("the time"))?;
+    let message = uleb(src).ok_or_else(|| truncated("the message"))?;
+    if src.skip(message) != message {
+        return Err(truncated("the message"));
+    }
+    let other_actors = actor_list(src)?;
+    let specs_at = src.pos();
+    let (cols, _) = spec_list(src)?;
+    // A second reader walks the specifications again, in step with the data.
+    let mut specs = src.rewind(specs_at);
+    uleb(&mut specs);
+    let mut set = ColumnSet::default();
+    for _ in 0..cols {
+        let (spec, len) = spec(&mut specs)?;
+        if spec & DEFLATE_BIT != 0 {
+            return Err(not_automerge("a change chunk has a deflated column"));
+        }
+        let mut column = Limited {
+            inner: &mut *src,
+            left: len,
+        };
+        set.add(spec, &mut column);
+        let left = column.left;
+        if src.skip(left) != left {
+            return Err(truncated("operation column data"));
+        }
+    }
+    Counts::add(&mut counts.changes, 1);
+    // What a change holds per actor and per column is in the cost of a change, up to
+    // many more of them than any change has; beyond that they count as rows.
+    let floods = other_actors
+        .saturating_sub(FREE_ACTORS)
+        .saturating_add(cols.saturating_sub(FREE_COLUMNS));
+    Counts::add(&mut counts.change_ops, set.outer.saturating_add(floods));
+    Counts::add(&mut counts.change_preds, set.inner);
+    Counts::add(&mut counts.expanded, set.expanded);
+    Ok(())
+}
+
+/// Counts the columns whose specifications start `specs` (count first) and whose data is
+/// `data`, inflating the deflated ones.
+fn sliced_columns(specs: &[u8], data: &[u8], counts: &mut Counts) -> Result<ColumnSet, Error> {
+    let mut specs = Cursor::new(specs);
+    let cols = uleb(&mut specs).ok_or_else(|| truncated("column specifications"))?;
+    let mut set = ColumnSet::default();
+    let mut at = 0usize;
+    for _ in 0..cols {
+        let (spec, len) = spec(&mut specs)?;
+        // `spec_list` checked that the lengths add up to at most `data.len()`.
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| at.checked_add(len))
+            .filter(|end| *end <= data.len())
+            .ok_or_else(|| truncated("column data"))?;
+        let column = &data[at..end];
+        at = end;
+        if spec & DEFLATE_BIT != 0 {
+            let mut inflate = Inflate::new(column);
+            set.add(spec, &mut inflate);
+            inflate.skip(u64::MAX);
+            counts.inflated = counts.inflated.saturating_add(inflate.produced());
+        } else {
+            set.add(spec, &mut Cursor::new(column));
+        }
+    }
+    Ok(set)
+}
+
+/// Row counts of a set of columns. Rows of a group's inner columns (the columns sharing
+/// the id of the group column before them: predecessors, successors, dependencies) are
+/// kept apart from the rows of the others, which all have one row per op (or change).
+#[derive(Debug, Default)]
+struct ColumnSet {
+    outer: u64,
+    inner: u64,
+    /// Trues of the insert column: operations that insert into a list or text.
+    inserts: u64,
+    /// Bytes that runs of repeated strings expand to.
+    expanded: u64,
+    group: Option<u32>,
+}
+
+impl ColumnSet {
+    fn add(&mut self, spec: u32, data: &mut impl Bytes) {
+        let (id, col_type) = (spec >> 4, spec & 0b111);
+        let rows = match col_type {
+            TYPE_VALUE => 0,
+            TYPE_BOOLEAN => {
+                let (rows, trues) = boolean_rows(data);
+                if id == INSERT_COLUMN_ID && self.group != Some(id) {
+                    self.inserts = self.inserts.max(trues);
+                }
+                rows
+            }
+            TYPE_STRING => {
+                let (rows, expanded) = rle_rows(data, true);
+                self.expanded = self.expanded.saturating_add(expanded);
+                rows
+            }
+            _ => rle_rows(data, false).0,
+        };
+        if col_type == TYPE_GROUP {
+            self.group = Some(id);
+            self.outer = self.outer.max(rows);
+        } else if self.group == Some(id) {
+            self.inner = self.inner.max(rows);
+        } else {
+            self.group = None;
+            self.outer = self.outer.max(rows);
+        }
+    }
+}
+
+/// Rows of a run-length encoded column: runs of a signed count `n`, then one value
+/// repeated `n` times (n > 0), `-n` literal values (n < 0), or an unsigned count of nulls
+/// (n = 0). Values are uLEB/sLEB128 numbers, or length-prefixed strings. Stops at the
+/// end of the data or at the first malformed run, counting what came before.
+///
+/// Also returns the bytes that runs of repeated strings expand to: a load that decodes
+/// the operations makes a string for every row (a key, a mark name, a message), so one
+/// long key repeated by a run costs its length on every row.
+fn rle_rows(data: &mut impl Bytes, strings: bool) -> (u64, u64) {
+    let (mut rows, mut expanded) = (0u64, 0u64);
+    while let Some(n) = sleb(data) {
+        if n > 0 {
+            rows = rows.saturating_add(n as u64);
+            match skip_value(data, strings) {
+                Some(len) => expanded = expanded.saturating_add(len.saturating_mul(n as u64)),
+                None => break,
+            }
+        } else if n < 0 {
+            for _ in 0..n.unsigned_abs() {
+                if skip_value(data, strings).is_none() {
+                    return (rows, expanded);
+                }
+                rows = rows.saturating_add(1);
+            }
+        } else {
+            match uleb(data) {
+                Some(nulls) => rows = rows.saturating_add(nulls),
+                None => break,
+            }
+        }
+    }
+    (rows, expanded)
+}
+
+/// Rows of a boolean column, alternating unsigned counts of falses and trues, and how
+/// many are true.
+fn boolean_rows(data: &mut impl Bytes) -> (u64, u64) {
+    let (mut rows, mut trues) = (0u64, 0u64);
+    let mut value = false;
+    while let Some(n) = uleb(data) {
+        rows = rows.saturating_add(n);
+        if value {
+            trues = trues.saturating_add(n);
+        }
+        value = !value;
+    }
+    (rows, trues)
+}
+
+/// Skips a value: a length-prefixed string (returning its length) or a LEB128 number
+/// (returning 0). `None` if the data ends first.
+fn skip_value(data: &mut impl Bytes, string: bool) -> Option<u64> {
+    if string {
+        let len = uleb(data)?;
+        (data.skip(len) == len).then_some(len)
+    } else {
+        // A LEB128 number, signed or not: bytes up to one without the continuation bit.
+        for _ in 0..10 {
+            if data.byte()? & 0x80 == 0 {
+                return Some(0);
+            }
+        }
+        None
+    }
+}
+
+/// A list of column specifications: a count, then (uLEB spec, uLEB length) pairs.
+/// Returns the count and the sum of the lengths.
+fn spec_list(src: &mut impl Bytes) -> Result<(u64, u64), Error> {
+    let cols = uleb(src).ok_or_else(|| truncated("column specifications"))?;
+    let mut total = 0u64;
+    for _ in 0..cols {
+        let (_, len) = spec(src)?;
+        total = total.saturating_add(len);
+    }
+    Ok((cols, total))
+}
+
+fn spec(src: &mut impl Bytes) -> Result<(u32, u64), Error> {
+    let spec = uleb(src).ok_or_else(|| truncated("a column specification"))?;
+    let spec = u32::try_from(spec).map_err(|_| not_automerge("column specification too large"))?;
+    let len = uleb(src).ok_or_else(|| truncated("a column length"))?;
+    Ok((spec, len))
+}
+
+/// A count, then that many length-prefixed actor ids. Returns the count.
+fn actor_list(src: &mut impl Bytes) -> Result<u64, Error> {
+    let n = uleb(src).ok_or_else(|| truncated("the actor list"))?;
+    for _ in 0..n {
+        actor(src)?;
+    }
+    Ok(n)
+}
+
+fn actor(src: &mut impl Bytes) -> Result<(), Error> {
+    let len = uleb(src).ok_or_else(|| truncated("an actor id"))?;
+    if src.skip(len) != len {
+        return Err(truncated("an actor id"));
+    }
+    Ok(())
+}
+
+/// A count, then that many 32-byte change hashes.
+fn hash_list(src: &mut impl Bytes) -> Result<(), Error> {
+    let n = uleb(src).ok_or_else(|| truncated("a list of change hashes"))?;
+    for _ in 0..n {
+        if src.skip(HASH_LEN) != HASH_LEN {
+            return Err(truncated("a list of change hashes"));
+        }
+    }
+    Ok(())
+}
+
+/// An unsigned LEB128 number of at most ten bytes; one too large for 64 bits saturates.
+fn uleb(src: &mut impl Bytes) -> Option<u64> {
+    let mut value = 0u64;
+    let mut shift = 0u32;
+    loop {
+        let b = src.byte()?;
+        let bits = u64::from(b & 0x7f);
+        if shift < 64 {
+            if shift == 63 && bits > 1 {
+                value = u64::MAX;
+            } else {
+                value |= bits << shift;
+            }
+        }
+        if b & 0x80 == 0 {
+            return Some(value);
+        }
+        shift += 7;
+        if shift >= 70 {
+            return None;
+        }
+    }
+}
+
+/// A signed LEB128 number of at most ten bytes.
+fn sleb(src: &mut impl Bytes) -> Option<i64> {
+    let mut value = 0i64;
+    let mut shift = 0u32;
+    loop {
+        let b = src.byte()?;
+        if shift < 64 {
+            value |= i64::from(b & 0x7f) << shift;
+        }
+        shift += 7;
+        if b & 0x80 == 0 {
+            if shift < 64 && b & 0x40 != 0 {
+                value |= -1i64 << shift;
+            }
+            return Some(value);
+        }
+        if shift >= 70 {
+            return None;
+        }
+    }
+}
+
+/// Bytes read one at a time, from a slice or an inflating stream.
+trait Bytes {
+    fn byte(&mut self) -> Option<u8>;
+    /// Skips up to `n` bytes; returns how many there were.
+    fn skip(&mut self, n: u64) -> u64;
+}
+
+/// A reader that can start a second reader at an earlier position of the same bytes.
+trait Rewind: Bytes + Sized {
+    fn pos(&self) -> u64;
+    fn rewind(&self, pos: u64) -> Self;
+}
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Cursor { data, pos: 0 }
+    }
+
+    fn take(&mut self, n: u64) -> Option<&'a [u8]> {
+        let n = usize::try_from(n).ok()?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|end| *end <= self.data.len())?;
+        let taken = &self.data[self.pos..end];
+        self.pos = end;
+        Some(taken)
+    }
+}
+
+impl Bytes for Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.data.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn skip(&mut self, n: u64) -> u64 {
+        let left = (self.data.len() - self.pos) as u64;
+        let n = n.min(left);
+        self.pos += n as usize;
+        n
+    }
+}
+
+impl Rewind for Cursor<'_> {
+    fn pos(&self) -> u64 {
+        self.pos as u64
+    }
+
+    fn rewind(&self, pos: u64) -> Self {
+        Cursor {
+            data: self.data,
+            pos: (pos as usize).min(self.data.len()),
+        }
+    }
+}
+
+/// At most `left` bytes of another reader.
+struct Limited<'s, S> {
+    inner: &'s mut S,
+    left: u64,
+}
+
+impl<S: Bytes> Bytes for Limited<'_, S> {
+    fn byte(&mut self) -> Option<u8> {
+        if self.left == 0 {
+            return None;
+        }
+        let b = self.inner.byte()?;
+        self.left -= 1;
+        Some(b)
+    }
+
+    fn skip(&mut self, n: u64) -> u64 {
+        let skipped = self.inner.skip(n.min(self.left));
+        self.left -= skipped;
+        skipped
+    }
+}
+
+const INFLATE_BUFFER: usize = 16 << 10;
+
+/// Raw DEFLATE data inflated through a fixed buffer. A corrupt stream ends where the
+/// damage is, as Automerge's own inflating does (it then refuses the chunk).
+struct Inflate<'a> {
+    compressed: &'a [u8],
+    decoder: DeflateDecoder<&'a [u8]>,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Bytes handed out or skipped.
+    pos: u64,
+    ended: bool,
+}
+
+impl<'a> Inflate<'a> {
+    fn new(compressed: &'a [u8]) -> Self {
+        Inflate {
+            compressed,
+            decoder: DeflateDecoder::new(compressed),
+            buf: vec![0; INFLATE_BUFFER].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            pos: 0,
+            ended: false,
+        }
+    }
+
+    /// Everything inflated so far.
+    fn produced(&self) -> u64 {
+        self.pos + (self.end - self.start) as u64
+    }
+}
+
+impl Bytes for Inflate<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        if self.start == self.end && !self.refill() {
+            return None;
+        }
+        let b = self.buf[self.start];
+        self.start += 1;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn skip(&mut self, n: u64) -> u64 {
+        let mut skipped = 0u64;
+        while skipped < n {
+            if self.start == self.end && !self.refill() {
+                break;
+            }
+            let step = ((self.end - self.start) as u64).min(n - skipped);
+            self.start += step as usize;
+            self.pos += step;
+            skipped += step;
+        }
+        skipped
+    }
+}
+
+impl Inflate<'_> {
+    fn refill(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        loop {
+            match self.decoder.read(&mut self.buf) {
+                Ok(0) => {
+                    self.ended = true;
+                    return false;
+                }
+                Ok(n) => {
+                    self.start = 0;
+                    self.end = n;
+                    return true;
+                }
+                Err(err) if err.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.ended = true;
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+impl Rewind for Inflate<'_> {
+    fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    fn rewind(&self, pos: u64) -> Self {
+        let mut again = Inflate::new(self.compressed);
+        again.skip(pos);
+        again
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use automerge::transaction::{CommitOptions, Transactable};
+    use automerge::{ActorId, AutoCommit, ObjType, ROOT};
+    use proptest::prelude::*;
+
+    /// A document with text, a list of maps and a counter, committed `changes` times.
+    fn doc(changes: usize) -> AutoCommit {
+        let mut doc = AutoCommit::new().with_actor(ActorId::from([7; 16]));
+        let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
+        let list = doc.put_object(ROOT, "items", ObjType::List).unwrap();
+        for i in 0..changes {
+            doc.splice_text(&text, 0, 0, "hello world, ").unwrap();
+            let item = doc.insert_object(&list, 0, ObjType::Map).unwrap();
+            doc.put(&item, "n", i as i64).unwrap();
+            doc.put(&item, "name", format!("item {i} ").repeat(8))
+                .unwrap();
+            if i % 3 == 0 {
+                doc.splice_text(&text, 2, 4, "").unwrap();
+            }
+            doc.commit_with(CommitOptions::default().with_time(1_767_225_600_000));
+        }
+        doc
+    }
+
+    /// Automerge bytes of every kind: a save, a save without deflate, change chunks,
+    /// deflated change chunks, a bundle, a save followed by changes.
+    fn samples() -> Vec<Vec<u8>> {
+        let mut d = doc(40);
+        let hashes: Vec<_> = d.get_changes(&[]).iter().map(|c| c.hash()).collect();
+        let changes: Vec<u8> = d
+            .get_changes(&[])
+            .iter()
+            .flat_map(|c| c.raw_bytes().to_vec())
+            .collect();
+        let deflated: Vec<u8> = d
+            .get_changes(&[])
+            .into_iter()
+            .flat_map(|mut c| c.bytes().into_owned())
+            .collect();
+        let mut save_and_changes = doc(5).save();
+        save_and_changes.extend(&changes);
+        vec![
+            d.save(),
+            d.document().save_nocompress(),
+            changes,
+            deflated,
+            d.document().bundle(hashes).unwrap().bytes().to_vec(),
+            save_and_changes,
+        ]
+    }
+
+    #[test]
+    fn empty_input_is_the_empty_document() {
+        let estimate = estimate_client_bytes(&[]).unwrap();
+        assert_eq!(
+            estimate,
+            LoadEstimate {
+                ops: 0,
+                changes: 0,
+                bytes: 0
+            }
+        );
+        assert_eq!(estimate.peak_bytes(), BASE_BYTES);
+    }
+
+    #[test]
+    fn counts_the_changes_of_every_kind_of_input() {
+        let mut d = doc(40);
+        for (i, bytes) in samples().into_iter().enumerate() {
+            let estimate = estimate_client_bytes(&bytes).unwrap();
+            let expected = if i == 5 { 45 } else { 40 };
+            assert_eq!(estimate.changes, expected, "sample {i}");
+            assert!(estimate.bytes >= bytes.len() as u64, "sample {i}");
+            // Every operation counts at least as a document's map operation does.
+            let ops = d
+                .get_changes(&[])
+                .iter()
+                .map(|c| c.len() as u64)
+                .sum::<u64>();
+            assert!(
+                estimate.ops * 8 >= ops * weights::DOCUMENT_ROW,
+                "sample {i}: {estimate:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn applying_changes_costs_more_than_reading_a_document() {
+        let samples = samples();
+        let saved = estimate_client_bytes(&samples[0]).unwrap();
+        let changes = estimate_client_bytes(&samples[2]).unwrap();
+        assert!(changes.ops > 3 * saved.ops, "{saved:?} {changes:?}");
+    }
+
+    #[test]
+    fn counts_what_deflated_data_inflates_to() {
+        let samples = samples();
+        let saved = estimate_client_bytes(&samples[0]).unwrap();
+        let plain = estimate_client_bytes(&samples[1]).unwrap();
+        assert!(samples[0].len() < samples[1].len());
+        // The deflated save counts its own bytes plus what its columns inflate to.
+        assert!(saved.bytes >= plain.bytes, "{saved:?} {plain:?}");
+        assert_eq!((saved.ops, saved.changes), (plain.ops, plain.changes));
+    }
+
+    #[test]
+    fn refuses_what_is_not_automerge() {
+        for bytes in [
+            &b"hello world"[..],
+            &[0x85, 0x6f, 0x4a, 0x83, 0, 0, 0, 0, 9, 0],
+            &[0x85, 0x6f, 0x4a],
+        ] {
+            assert!(
+                matches!(estimate_client_bytes(bytes), Err(Error::NotAutomerge(_))),
+                "{bytes:?}"
+            );
+        }
+        // A chunk whose length runs past the input.
+        let mut saved = doc(3).save();
+        saved.truncate(saved.len() - 1);
+        assert!(matches!(
+            estimate_client_bytes(&saved),
+            Err(Error::NotAutomerge(_))
+        ));
+        // Trailing garbage after a good chunk.
+        let mut saved = doc(3).save();
+        saved.extend_from_slice(b"junk");
+        assert!(matches!(
+            estimate_client_bytes(&saved),
+            Err(Error::NotAutomerge(_))
+        ));
+    }
+
+    #[test]
+    fn run_lengths_count_without_values() {
+        // A repeated run of 5, a literal run of 2, a null run of 3; strings too.
+        let rle = [5, 1, 0x7e, 1, 2, 0, 3];
+        assert_eq!(rle_rows(&mut Cursor::new(&rle), false).0, 10);
+        let strings = [2, 1, b'a', 0x7f, 2, b'b', b'c', 0, 4];
+        assert_eq!(rle_rows(&mut Cursor::new(&strings), true), (7, 2));
+        // Damage stops the count: a literal run of 3 with one value.
+        assert_eq!(rle_rows(&mut Cursor::new(&[0x7d, 1]), false).0, 1);
+        // Alternating falses and trues.
+        assert_eq!(boolean_rows(&mut Cursor::new(&[2, 3, 0, 4])), (9, 7));
+        // A run of 2^62 in a few bytes.
+        let mut big = Vec::new();
+        let mut n = 1u64 << 62;
+        while n >= 0x40 {
+            big.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        big.push(n as u8);
+        big.push(1);
+        assert_eq!(rle_rows(&mut Cursor::new(&big), false).0, 1 << 62);
+    }
+
+    #[test]
+    fn peak_bytes_saturates() {
+        let estimate = LoadEstimate {
+            ops: u64::MAX,
+            changes: u64::MAX,
+            bytes: u64::MAX,
+        };
+        assert_eq!(estimate.peak_bytes(), u64::MAX);
+    }
+
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        let samples = samples();
+        (
+            0..samples.len(),
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0..3u8), 1..8),
+        )
+            .prop_map(move |(i, edits)| {
+                let mut bytes = samples[i].clone();
+                for (at, byte, kind) in edits {
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    let at = at.index(bytes.len());
+                    match kind {
+                        0 => bytes[at] = byte,
+                        1 => bytes.truncate(at),
+                        _ => bytes.insert(at, byte),
+                    }
+                }
+                bytes
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn never_panics(bytes in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..512),
+            prop::collection::vec(any::<u8>(), 0..64).prop_map(|tail| {
+                let mut bytes = vec![0x85, 0x6f, 0x4a, 0x83, 1, 2, 3, 4];
+                bytes.extend(tail);
+                bytes
+            }),
+            mutated(),
+        ]) {
+            if let Ok(estimate) = estimate_client_bytes(&bytes) {
+                let _ = estimate.peak_bytes();
+            }
+        }
+    }
+}
