@@ -7,10 +7,11 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
+use crate::memory;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_from_bytea(bytes: &[u8]) -> StoredDoc<'static> {
-    StoredDoc::owned(document::stored_from_client_bytes(bytes).or_raise("automerge_from_bytea"))
+    StoredDoc::owned(document::stored_from_client_bytes(bytes, memory::load_limit()).or_raise("automerge_from_bytea"))
 }
 
 extension_sql!(

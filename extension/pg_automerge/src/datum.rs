@@ -11,7 +11,10 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
 use pgrx::prelude::*;
+use pg_automerge_core::format::{self, Summary};
 use pgrx::{pg_sys, FromDatum, IntoDatum};
+
+use crate::errors::OrRaise;
 
 /// An `automerge` value in its stored form.
 pub struct StoredDoc<'a>(Cow<'a, [u8]>);
@@ -32,12 +35,84 @@ extension_sql!(
     creates = [Type(StoredDoc)],
 );
 
-unsafe impl SqlTranslatable for StoredDoc<'_> {
-    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(StoredDoc);
-    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::ThisExtension;
-    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::As("automerge"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        Ok(ReturnsRef::One(SqlMappingRef::As("automerge")));
+/// Both Rust views of an `automerge` argument map to the SQL type and unbox the same way.
+macro_rules! automerge_sql_type {
+    ($rust:ident) => {
+        unsafe impl SqlTranslatable for $rust<'_> {
+            const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(StoredDoc);
+            const TYPE_ORIGIN: TypeOrigin = TypeOrigin::ThisExtension;
+            const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> =
+                Ok(SqlMappingRef::As("automerge"));
+            const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+                Ok(ReturnsRef::One(SqlMappingRef::As("automerge")));
+        }
+
+        unsafe impl<'fcx> ArgAbi<'fcx> for $rust<'fcx> {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
+
+            unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
+                unsafe { arg.unbox_arg_using_from_datum() }.into()
+            }
+        }
+    };
+}
+
+automerge_sql_type!(StoredDoc);
+automerge_sql_type!(DocHeader);
+
+/// Only the header of an `automerge` argument, for functions that need nothing else (heads,
+/// counts, equality, hashing). It fetches the first bytes alone from TOAST and keeps no
+/// detoasted copy: comparison functions run once per pair in a sort and must not leak.
+pub struct DocHeader<'a> {
+    pub summary: Summary,
+    _borrow: std::marker::PhantomData<&'a ()>,
+}
+
+impl DocHeader<'_> {
+    /// Reads the header of a non-null `automerge` datum.
+    ///
+    /// # Safety
+    /// `datum` must be a non-null `automerge` value.
+    pub unsafe fn read(datum: pg_sys::Datum) -> Result<Summary, pg_automerge_core::Error> {
+        let varlena: *mut pg_sys::varlena = datum.cast_mut_ptr();
+        let prefix = unsafe { prefix_bytes(varlena, format::HEADER_PREFIX_LEN) };
+        let header = match format::header_len(&prefix) {
+            Some(len) if len > prefix.len() => unsafe { prefix_bytes(varlena, len) },
+            _ => prefix,
+        };
+        format::decode_header(&header).map(|(_, summary)| summary)
+    }
+}
+
+/// The first `len` bytes of a varlena's data, copied out; the detoasted slice is freed.
+unsafe fn prefix_bytes(varlena: *mut pg_sys::varlena, len: usize) -> Vec<u8> {
+    let len = i32::try_from(len).unwrap_or(i32::MAX);
+    unsafe {
+        let slice = pg_sys::pg_detoast_datum_slice(varlena, 0, len);
+        let bytes = pgrx::varlena::varlena_to_byte_slice(slice).to_vec();
+        if slice != varlena {
+            pg_sys::pfree(slice.cast());
+        }
+        bytes
+    }
+}
+
+impl FromDatum for DocHeader<'_> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null || datum.is_null() {
+            return None;
+        }
+        let summary = unsafe { Self::read(datum) }.or_raise("automerge header");
+        Some(DocHeader { summary, _borrow: std::marker::PhantomData })
+    }
 }
 
 impl FromDatum for StoredDoc<'_> {
@@ -64,18 +139,6 @@ impl IntoDatum for StoredDoc<'_> {
 
     fn type_oid() -> pg_sys::Oid {
         pgrx::regtypein("automerge")
-    }
-}
-
-unsafe impl<'fcx> ArgAbi<'fcx> for StoredDoc<'fcx> {
-    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        unsafe { arg.unbox_arg_using_from_datum() }
-            .unwrap_or_else(|| panic!("argument {index} must not be null"))
-    }
-
-    unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
-        unsafe { arg.unbox_arg_using_from_datum() }.into()
     }
 }
 

@@ -9,70 +9,65 @@ use std::cmp::Ordering;
 
 use pgrx::prelude::*;
 
-use crate::datum::StoredDoc;
-use crate::stored;
+use crate::datum::DocHeader;
 
-fn heads_bytes(doc: &StoredDoc<'_>, function: &'static str) -> Vec<[u8; 32]> {
-    stored::header(doc, function).summary.heads.iter().map(|h| h.0).collect()
-}
-
-fn compare(left: &StoredDoc<'_>, right: &StoredDoc<'_>, function: &'static str) -> Ordering {
-    heads_bytes(left, function).cmp(&heads_bytes(right, function))
+fn compare(left: &DocHeader<'_>, right: &DocHeader<'_>) -> Ordering {
+    left.summary.heads.cmp(&right.summary.heads)
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_cmp(left: StoredDoc<'_>, right: StoredDoc<'_>) -> i32 {
-    compare(&left, &right, "automerge_cmp") as i32
+fn automerge_cmp(left: DocHeader<'_>, right: DocHeader<'_>) -> i32 {
+    compare(&left, &right) as i32
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_eq(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_eq").is_eq()
+fn automerge_eq(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_eq()
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_ne(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_ne").is_ne()
+fn automerge_ne(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_ne()
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_lt(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_lt").is_lt()
+fn automerge_lt(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_lt()
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_le(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_le").is_le()
+fn automerge_le(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_le()
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_gt(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_gt").is_gt()
+fn automerge_gt(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_gt()
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_ge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> bool {
-    compare(&left, &right, "automerge_ge").is_ge()
+fn automerge_ge(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
+    compare(&left, &right).is_ge()
 }
 
 /// Heads are SHA-256 hashes, already uniformly distributed: folding their first eight
 /// bytes together is a good hash.
-fn fold_heads(doc: &StoredDoc<'_>, function: &'static str) -> u64 {
-    heads_bytes(doc, function).iter().fold(0, |acc, head| {
-        acc.rotate_left(5) ^ u64::from_le_bytes(head[..8].try_into().expect("8 bytes"))
+fn fold_heads(doc: &DocHeader<'_>) -> u64 {
+    doc.summary.heads.iter().fold(0, |acc, head| {
+        acc.rotate_left(5) ^ u64::from_le_bytes(head.0[..8].try_into().expect("8 bytes"))
     })
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_hash(doc: StoredDoc<'_>) -> i32 {
-    fold_heads(&doc, "automerge_hash") as u32 as i32
+fn automerge_hash(doc: DocHeader<'_>) -> i32 {
+    fold_heads(&doc) as u32 as i32
 }
 
 /// The 64-bit hash Postgres asks for (hash partitioning); with seed 0 its low 32 bits are
 /// `automerge_hash`, as Postgres requires.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_hash_extended(doc: StoredDoc<'_>, seed: i64) -> i64 {
-    let folded = fold_heads(&doc, "automerge_hash_extended");
+fn automerge_hash_extended(doc: DocHeader<'_>, seed: i64) -> i64 {
+    let folded = fold_heads(&doc);
     if seed == 0 {
         return folded as i64;
     }

@@ -4,7 +4,7 @@
 use pg_automerge_core::{heads, history};
 use pgrx::prelude::*;
 
-use crate::datum::StoredDoc;
+use crate::datum::{DocHeader, StoredDoc};
 use crate::errors::OrRaise;
 use crate::stored;
 
@@ -12,13 +12,13 @@ use crate::stored;
 const POSTGRES_EPOCH_MS: i64 = 946_684_800_000;
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_heads(doc: StoredDoc<'_>) -> Vec<String> {
-    heads::to_hex(&stored::header(&doc, "automerge_heads").summary.heads)
+fn automerge_heads(doc: DocHeader<'_>) -> Vec<String> {
+    heads::to_hex(&doc.summary.heads)
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_change_count(doc: StoredDoc<'_>) -> i64 {
-    stored::header(&doc, "automerge_change_count").summary.change_count as i64
+fn automerge_change_count(doc: DocHeader<'_>) -> i64 {
+    doc.summary.change_count as i64
 }
 
 /// Every change of the document in causal order or, given `since`, only those that a
@@ -48,8 +48,14 @@ fn automerge_changes(
     let changes = history::changes(&loaded, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|c| {
         let micros = c.time_ms.saturating_sub(POSTGRES_EPOCH_MS).saturating_mul(1000);
-        let time = TimestampWithTimeZone::try_from(micros)
-            .expect("every i64 of microseconds is a timestamptz, if an infinite one");
+        // A client's clock can say anything: times outside Postgres' range are infinite.
+        let time = TimestampWithTimeZone::try_from(micros).unwrap_or_else(|_| {
+            if micros < 0 {
+                TimestampWithTimeZone::negative_infinity()
+            } else {
+                TimestampWithTimeZone::positive_infinity()
+            }
+        });
         let (seq, start_op, op_count) = (c.seq as i64, c.start_op as i64, c.op_count as i64);
         (c.hash, c.actor, seq, start_op, op_count, time, c.message, c.deps, c.bytes)
     }))

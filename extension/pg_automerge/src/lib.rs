@@ -10,6 +10,7 @@ mod errors;
 mod history;
 mod io;
 mod jsonb;
+mod memory;
 mod merge_agg;
 mod notify;
 mod spans;
@@ -17,6 +18,11 @@ mod stored;
 mod writes;
 
 ::pgrx::pg_module_magic!(name, version);
+
+#[pgrx::pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    memory::init();
+}
 
 #[cfg(any(test, feature = "pg_test"))]
 mod test_support;

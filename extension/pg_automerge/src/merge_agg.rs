@@ -21,20 +21,15 @@ fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemo
     PgMemoryContexts::For(context)
 }
 
-/// The state's document, created empty in the aggregate context on first use.
-fn state_doc<'s>(
-    state: &'s mut Internal,
-    fcinfo: pg_sys::FunctionCallInfo,
-    function: &str,
-) -> &'s mut Automerge {
-    if !state.initialized() {
-        let mut context = aggregate_context(fcinfo, function);
-        *state = Internal::from(Some(pg_sys::Datum::from(
-            context.leak_and_drop_on_delete(Automerge::new()),
-        )));
-    }
+/// A new state holding `doc`, allocated in `context` and dropped when it is reset.
+fn new_state(doc: Automerge, mut context: PgMemoryContexts) -> Internal {
+    Internal::from(Some(pg_sys::Datum::from(context.leak_and_drop_on_delete(doc))))
+}
+
+/// The document a state holds, if it holds one.
+fn state_doc(state: &mut Internal) -> Option<&mut Automerge> {
     // SAFETY: an initialized state of this aggregate always holds an Automerge.
-    unsafe { state.get_mut::<Automerge>() }.expect("initialized above")
+    unsafe { state.get_mut::<Automerge>() }
 }
 
 #[pg_extern(immutable, parallel_safe)]
@@ -44,12 +39,17 @@ fn automerge_merge_agg_transition(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
     const FUNCTION: &str = "automerge_merge_agg_transition";
-    let merged = state_doc(&mut state, fcinfo, FUNCTION);
-    if let Some(doc) = doc {
-        let mut loaded = stored::load(&doc, FUNCTION);
-        writes::merge_into(merged, &mut loaded).or_raise(FUNCTION);
+    // NULLs leave the state as it is, so that only NULLs give NULL.
+    let Some(doc) = doc else { return state };
+    let loaded = stored::load(&doc, FUNCTION);
+    match state_doc(&mut state) {
+        Some(merged) => {
+            let mut loaded = loaded;
+            writes::merge_into(merged, &mut loaded).or_raise(FUNCTION);
+            state
+        }
+        None => new_state(loaded, aggregate_context(fcinfo, FUNCTION)),
     }
-    state
 }
 
 #[pg_extern(immutable, parallel_safe)]
@@ -59,37 +59,34 @@ fn automerge_merge_agg_combine(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
     const FUNCTION: &str = "automerge_merge_agg_combine";
-    // SAFETY: an initialized state of this aggregate always holds an Automerge.
-    if let Some(other) = unsafe { right.get_mut::<Automerge>() } {
-        let merged = state_doc(&mut left, fcinfo, FUNCTION);
-        writes::merge_into(merged, other).or_raise(FUNCTION);
+    let Some(other) = state_doc(&mut right) else { return left };
+    // Take the right document out, so that its memory does not live on beside the merge.
+    let mut other = std::mem::take(other);
+    match state_doc(&mut left) {
+        Some(merged) => {
+            writes::merge_into(merged, &mut other).or_raise(FUNCTION);
+            left
+        }
+        None => new_state(other, aggregate_context(fcinfo, FUNCTION)),
     }
-    left
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_agg_serialize(state: Internal) -> Vec<u8> {
-    // SAFETY: an initialized state of this aggregate always holds an Automerge.
-    unsafe { state.get::<Automerge>() }.map(Automerge::save).unwrap_or_default()
+fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
+    state_doc(&mut state).map(|doc| doc.save()).unwrap_or_default()
 }
 
+/// Postgres calls this in a per-row context and hands the result to the combine function,
+/// which moves what it keeps into the aggregate's context.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_agg_deserialize(
-    bytes: &[u8],
-    _unused: Internal,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    const FUNCTION: &str = "automerge_merge_agg_deserialize";
-    let mut state = Internal::from(None);
-    *state_doc(&mut state, fcinfo, FUNCTION) =
-        document::load_client_bytes(bytes).or_raise(FUNCTION);
-    state
+fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
+    let doc = document::load_client_bytes(bytes).or_raise("automerge_merge_agg_deserialize");
+    new_state(doc, PgMemoryContexts::CurrentMemoryContext)
 }
 
 #[pg_extern(immutable, parallel_safe)]
-fn automerge_merge_agg_final(state: Internal) -> Option<StoredDoc<'static>> {
-    // SAFETY: an initialized state of this aggregate always holds an Automerge.
-    unsafe { state.get::<Automerge>() }.map(|doc| StoredDoc::owned(document::to_stored(doc)))
+fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
+    state_doc(&mut state).map(|doc| StoredDoc::owned(document::to_stored(doc)))
 }
 
 extension_sql!(
@@ -143,9 +140,13 @@ mod tests {
     }
 
     #[pg_test]
-    fn no_rows_give_null() {
+    fn no_rows_or_only_nulls_give_null() {
         let none = Spi::get_one::<bool>("SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc WHERE false) d");
         assert_eq!(none.unwrap(), Some(true));
+        let nulls = Spi::get_one::<bool>(
+            "SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc FROM generate_series(1, 3)) d",
+        );
+        assert_eq!(nulls.unwrap(), Some(true));
     }
 
     #[pg_test]

@@ -5,21 +5,22 @@
 //!   "heads": [...], "previous_heads": [...]}`
 //!
 //! `heads` is absent on DELETE and `previous_heads` on INSERT. An UPDATE that leaves the
-//! document's heads as they were (a merge or apply that brought nothing new) sends
-//! nothing. NOTIFY payloads must stay under 8000 bytes: a payload that would not is sent
-//! without its heads, then without its key, with `"truncated": true`, so it is always
-//! valid JSON; the reader then fetches the row.
+//! document's heads and the key as they were (a merge or apply that brought nothing new)
+//! sends nothing. NOTIFY payloads must stay under 8000 bytes: a payload that would not is
+//! sent without its heads, then without its key, with `"truncated": true` and a
+//! `heads_digest` (16 hex digits of the heads): it is always valid JSON, and stays distinct
+//! from the other writes of the transaction, which Postgres would otherwise fold into one.
 
 use std::ffi::CStr;
 use std::num::NonZeroUsize;
 
-use pg_automerge_core::{format, heads};
+use pg_automerge_core::heads;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, FromDatum, PgLogLevel, PgSqlErrorCode, PgTupleDesc};
+use pgrx::{pg_sys, PgLogLevel, PgSqlErrorCode, PgTupleDesc};
 use serde_json::{json, Map, Value as Json};
 
-use crate::datum::StoredDoc;
+use crate::datum::DocHeader;
 use crate::errors::OrRaise;
 
 const FUNCTION: &str = "automerge_notify";
@@ -59,13 +60,15 @@ fn automerge_notify<'a>(
     };
     let new_heads = document_heads(new, &tupdesc, doc_column);
     let previous_heads = document_heads(old, &tupdesc, doc_column);
-    if matches!(operation, PgTriggerOperation::Update) && new_heads == previous_heads {
+    let key_of = |row| -> Map<String, Json> {
+        key_columns.iter().map(|c| (c.clone(), column_json(row, &tupdesc, c))).collect()
+    };
+    let key = key_of(if new.is_null() { old } else { new });
+    if matches!(operation, PgTriggerOperation::Update)
+        && new_heads == previous_heads
+        && key == key_of(old)
+    {
         return Ok(None);
-    }
-    let key_row = if new.is_null() { old } else { new };
-    let mut key = Map::new();
-    for column in key_columns {
-        key.insert(column.clone(), column_json(key_row, &tupdesc, column));
     }
     let table = format!("{}.{}", trigger.table_schema()?, trigger.table_name()?);
     let payload = payload(&table, operation.to_string().as_str(), key, new_heads, previous_heads);
@@ -82,6 +85,7 @@ fn payload(
     heads: Option<Vec<String>>,
     previous_heads: Option<Vec<String>>,
 ) -> String {
+    let heads_for_digest = heads.clone().or_else(|| previous_heads.clone());
     let mut full = json!({ "table": table, "operation": operation, "key": key });
     if let Some(heads) = heads {
         full["heads"] = json!(heads);
@@ -89,16 +93,25 @@ fn payload(
     if let Some(previous) = previous_heads {
         full["previous_heads"] = json!(previous);
     }
+    let digest = heads_digest(heads_for_digest.as_deref().unwrap_or(&[]));
     let candidates = [
         full,
-        json!({ "table": table, "operation": operation, "key": key, "truncated": true }),
-        json!({ "table": table, "operation": operation, "truncated": true }),
+        json!({ "table": table, "operation": operation, "key": key, "heads_digest": digest, "truncated": true }),
+        json!({ "table": table, "operation": operation, "heads_digest": digest, "truncated": true }),
     ];
     candidates
         .iter()
         .map(Json::to_string)
         .find(|text| text.len() < PAYLOAD_LIMIT)
         .expect("a table name and an operation fit in 8000 bytes")
+}
+
+/// 64 bits of FNV-1a over the heads, in hex: short, and different for different heads.
+fn heads_digest(heads: &[String]) -> String {
+    let hash = heads.iter().flat_map(|h| h.bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 /// The raw datum of `column` in `tuple`, with the column's type, or `None` when NULL.
@@ -110,7 +123,15 @@ fn column_datum(
     let (attno, attribute) = (0..tupdesc.len())
         .filter_map(|i| tupdesc.get(i).map(|att| (i + 1, att)))
         .find(|(_, att)| !att.is_dropped() && att.name() == column)
-        .unwrap_or_else(|| error!("{FUNCTION}: the table has no column \"{column}\""));
+        .unwrap_or_else(|| {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+                format!("column \"{column}\" given to {FUNCTION} does not exist"),
+                FUNCTION,
+            )
+            .report(PgLogLevel::ERROR);
+            unreachable!()
+        });
     // SAFETY: `tuple` is a row of this relation, described by `tupdesc`.
     unsafe { pgrx::heap_getattr_raw(tuple, NonZeroUsize::new(attno).unwrap(), tupdesc.as_ptr()) }
         .map(|datum| (datum, attribute.type_oid().value()))
@@ -121,7 +142,7 @@ fn document_heads(tuple: pg_sys::HeapTuple, tupdesc: &PgTupleDesc<'_>, column: &
         return None;
     }
     let (datum, type_oid) = column_datum(tuple, tupdesc, column)?;
-    if type_oid != pgrx::regtypein("automerge") {
+    if !is_automerge(type_oid) {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
             format!("column \"{column}\" given to {FUNCTION} is not of type automerge"),
@@ -129,10 +150,22 @@ fn document_heads(tuple: pg_sys::HeapTuple, tupdesc: &PgTupleDesc<'_>, column: &
         )
         .report(PgLogLevel::ERROR);
     }
-    // SAFETY: the column is of type automerge.
-    let doc = unsafe { StoredDoc::from_polymorphic_datum(datum, false, type_oid) }?;
-    let summary = format::decode(doc.stored()).or_raise(FUNCTION).summary;
+    // SAFETY: the column is of type automerge, and not null.
+    let summary = unsafe { DocHeader::read(datum) }.or_raise(FUNCTION);
     Some(heads::to_hex(&summary.heads))
+}
+
+/// Whether a type is ours: its input function is `automerge_in`. (Looking the type up by
+/// name would depend on the search_path of whoever writes to the table.)
+fn is_automerge(type_oid: pg_sys::Oid) -> bool {
+    let mut input = pg_sys::Oid::INVALID;
+    let mut io_param = pg_sys::Oid::INVALID;
+    // SAFETY: catalog lookups of an existing column's type.
+    unsafe {
+        pg_sys::getTypeInputInfo(type_oid, &mut input, &mut io_param);
+        let name = pg_sys::get_func_name(input);
+        !name.is_null() && CStr::from_ptr(name).to_bytes() == b"automerge_in"
+    }
 }
 
 /// A key column's value: numbers and booleans as JSON ones, anything else as its text.
@@ -188,17 +221,26 @@ mod tests {
     #[pg_test]
     fn large_payloads_are_truncated_to_valid_json() {
         let many_heads: Vec<String> = (0..200).map(|i| format!("{i:064x}")).collect();
-        let text = super::payload("public.docs", "UPDATE", key(json!(1)), Some(many_heads), None);
+        let text = super::payload("public.docs", "UPDATE", key(json!(1)), Some(many_heads.clone()), None);
         assert!(text.len() < 8000);
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
-            json!({"table": "public.docs", "operation": "UPDATE", "key": {"id": 1}, "truncated": true})
+            json!({"table": "public.docs", "operation": "UPDATE", "key": {"id": 1},
+                   "heads_digest": super::heads_digest(&many_heads), "truncated": true})
         );
         let text = super::payload("public.docs", "INSERT", key(json!("k".repeat(9000))), Some(vec![]), None);
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
-            json!({"table": "public.docs", "operation": "INSERT", "truncated": true})
+            json!({"table": "public.docs", "operation": "INSERT",
+                   "heads_digest": super::heads_digest(&[]), "truncated": true})
         );
+    }
+
+    #[pg_test]
+    fn different_heads_have_different_digests() {
+        let a = super::heads_digest(&["aa".into()]);
+        assert_ne!(a, super::heads_digest(&["ab".into()]));
+        assert_eq!(a.len(), 16);
     }
 
     #[pg_test]
@@ -226,7 +268,7 @@ mod tests {
             ("AFTER INSERT ON t FOR EACH STATEMENT", "'c', 'doc'", "39P01"),
             ("AFTER INSERT ON t FOR EACH ROW", "'c'", "39P01"),
             ("AFTER INSERT ON t FOR EACH ROW", "'c', 'body'", "42804"),
-            ("AFTER INSERT ON t FOR EACH ROW", "'c', 'nope'", "XX000"),
+            ("AFTER INSERT ON t FOR EACH ROW", "'c', 'nope'", "42703"),
         ];
         for (i, (when, args, sqlstate)) in triggers.iter().enumerate() {
             Spi::run(&format!(

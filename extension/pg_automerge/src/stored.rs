@@ -1,15 +1,9 @@
-//! Reading what every function needs from a stored value: its header, or its loaded document.
+//! Loading stored values, and checking heads given as arguments against them.
 
-use pg_automerge_core::format::{self, StoredValue};
 use pg_automerge_core::{document, heads};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-
-/// The header and payload, without loading the document.
-pub fn header<'a>(doc: &'a StoredDoc<'_>, function: &'static str) -> StoredValue<'a> {
-    format::decode(doc.stored()).or_raise(function)
-}
 
 /// The loaded document.
 pub fn load(doc: &StoredDoc<'_>, function: &'static str) -> automerge::Automerge {
