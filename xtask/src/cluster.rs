@@ -65,6 +65,15 @@ impl Cluster {
         }
     }
 
+    /// Removes the cluster's data, stopping it first: the next `init` starts afresh.
+    pub fn wipe(&self) -> Result<()> {
+        self.stop()?;
+        if self.data_dir().exists() {
+            std::fs::remove_dir_all(self.data_dir())?;
+        }
+        Ok(())
+    }
+
     pub fn init(&self) -> Result<()> {
         if self.data_dir().join("PG_VERSION").exists() {
             return Ok(());
@@ -89,10 +98,12 @@ impl Cluster {
         if self.is_running() {
             return Ok(());
         }
+        // TCP only: a Unix socket under a deep checkout would pass the 107-byte path limit.
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c default_toast_compression=lz4",
-            self.port,
-            self.dir.display()
+            "-p {} -c unix_socket_directories= -c listen_addresses=127.0.0.1 \
+             -c default_toast_compression=lz4 -c shared_preload_libraries=pg_automerge \
+             -c timezone=UTC",
+            self.port
         );
         let mut start = self.server_command("pg_ctl");
         start
@@ -186,7 +197,7 @@ pub struct PsqlOutput {
 }
 
 /// `target/xtask` when the cluster user can reach it; otherwise (a checkout inside a home
-/// directory closed to other users, say) a directory under /var/tmp.
+/// directory closed to other users, say) a directory under /var/tmp of this checkout's own.
 pub fn clusters_dir(sh: &Shell) -> Result<PathBuf> {
     let in_target = project_root().join("target/xtask");
     fs::create_dir_all(&in_target)?;
@@ -194,9 +205,16 @@ pub fn clusters_dir(sh: &Shell) -> Result<PathBuf> {
     if cmd!(sh, "sudo -u {user} -- test -x {in_target}").quiet().ignore_stderr().run().is_ok() {
         return Ok(in_target);
     }
-    let fallback = Path::new("/var/tmp/pg_automerge-clusters");
-    fs::create_dir_all(fallback)?;
-    Ok(fallback.to_path_buf())
+    let fallback = Path::new("/var/tmp").join(format!("pg_automerge-{}", checkout_id()));
+    fs::create_dir_all(&fallback)?;
+    Ok(fallback)
+}
+
+/// A short name for this checkout, for paths that must not collide with another's, or be
+/// long (pgrx puts a Unix socket in its test cluster's directory).
+pub fn checkout_id() -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(project_root().as_os_str().as_encoded_bytes())[..4])
 }
 
 fn free_port() -> Result<u16> {

@@ -55,7 +55,7 @@ pub fn install_extension(sh: &Shell, major: PgMajor, release: bool) -> Result<()
     Ok(())
 }
 
-/// Whether the database is dropped and made anew, or kept with what users put in it.
+/// Whether the cluster is made anew, or kept with what users put in it.
 #[derive(PartialEq, Eq)]
 pub enum Fresh {
     Yes,
@@ -66,11 +66,11 @@ pub enum Fresh {
 /// database with the extension, and (re)loads the sample documents.
 pub fn start_with_samples(sh: &Shell, major: PgMajor, purpose: &str, fresh: Fresh) -> Result<Cluster> {
     let cluster = Cluster::new(sh, major, purpose)?;
+    if fresh == Fresh::Yes {
+        cluster.wipe()?;
+    }
     cluster.init()?;
     cluster.start()?;
-    if fresh == Fresh::Yes {
-        cluster.psql("postgres", &format!("DROP DATABASE IF EXISTS {DATABASE}"))?;
-    }
     cluster.psql(
         "postgres",
         &format!(

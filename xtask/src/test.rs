@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::cluster::{clusters_dir, Cluster};
+use std::path::PathBuf;
+
+use crate::cluster::{checkout_id, Cluster};
 use crate::doc_examples;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
@@ -87,7 +89,8 @@ fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
     pgrx.args(["pgrx", "test", &major.pgrx_name()])
         .current_dir(project_root().join("extension/pg_automerge"));
     if let Some(user) = cluster_user() {
-        let pgdata = clusters_dir(sh)?.join("pgrx-test-data");
+        // pgrx puts its socket in this directory: keep the path short.
+        let pgdata = PathBuf::from(format!("/tmp/pgam-{}", checkout_id()));
         if pgdata.exists() {
             std::fs::remove_dir_all(&pgdata)?;
         }

@@ -1,0 +1,126 @@
+//! Memory accounting through real sessions: the Rust heap returns to its baseline between
+//! statements, the trim gives memory back to the OS, only superusers change the memory
+//! settings, and the shared view lists every backend.
+
+use automerge::transaction::Transactable;
+use automerge::{ActorId, AutoCommit, ObjType, ROOT};
+use cluster_tests::connect;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Client;
+
+async fn allocated(client: &Client) -> i64 {
+    client.query_one("SELECT allocated_bytes FROM automerge_memory_usage()", &[]).await.unwrap().get(0)
+}
+
+async fn resident(client: &Client) -> i64 {
+    client.query_one("SELECT resident_bytes FROM automerge_memory_usage()", &[]).await.unwrap().get(0)
+}
+
+/// Statements of every kind, including one that fails.
+const MIX: &[&str] = &[
+    "SELECT doc->>'title' FROM sample_documents",
+    "SELECT doc::jsonb FROM sample_documents",
+    "SELECT a.doc || b.doc FROM sample_documents a, sample_documents b",
+    "SELECT automerge_spans(doc, '{content}') FROM sample_documents WHERE name = 'meeting-notes'",
+    "SELECT count(*) FROM sample_documents, automerge_changes(doc)",
+    "SELECT merge_agg(doc) FROM sample_documents",
+    "SELECT automerge_heads(doc), doc = doc FROM sample_documents",
+    "SELECT doc || doc::bytea FROM sample_documents",
+    "SELECT count(DISTINCT doc) FROM sample_documents",
+    "SELECT '\\xdeadbeef'::automerge",
+];
+
+#[tokio::test]
+async fn the_heap_returns_to_its_baseline_between_statements() {
+    let client = connect().await;
+    let run_mix = || async {
+        for sql in MIX {
+            let _ = client.simple_query(sql).await;
+        }
+    };
+    run_mix().await;
+    let baseline = allocated(&client).await;
+    const ROUNDS: usize = 40;
+    for _ in 0..ROUNDS {
+        run_mix().await;
+    }
+    let after = allocated(&client).await;
+    println!(
+        "memory: {} statements; Rust heap {baseline} bytes before, {after} bytes after",
+        ROUNDS * MIX.len()
+    );
+    assert_eq!(after, baseline, "the Rust heap grew between statements");
+}
+
+/// A plain text of 400,000 characters: loading it peaks at tens of megabytes.
+fn large_text() -> Vec<u8> {
+    let mut doc = AutoCommit::new().with_actor(ActorId::from([0x7e; 16]));
+    let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
+    let line = "the quick brown fox jumps over the lazy dog, again and again. ".repeat(4);
+    for _ in 0..1600 {
+        doc.splice_text(&text, 0, 0, &line).unwrap();
+        doc.commit();
+    }
+    doc.save()
+}
+
+#[tokio::test]
+async fn the_trim_gives_freed_memory_back() {
+    let client = connect().await;
+    let large = large_text();
+    client.batch_execute("SET pg_automerge.trim_threshold = -1").await.unwrap();
+    client.query_one("SELECT length($1::bytea::automerge->>'text')", &[&large]).await.unwrap();
+    let untrimmed = resident(&client).await;
+    client.batch_execute("SET pg_automerge.trim_threshold = 0").await.unwrap();
+    // This statement frees a little Rust memory, so its transaction's end trims.
+    resident(&client).await;
+    let trimmed = resident(&client).await;
+    println!(
+        "trim: resident {} MB after a large load, {} MB after the trim",
+        untrimmed >> 20,
+        trimmed >> 20
+    );
+    assert!(trimmed < untrimmed - (4 << 20), "the trim gave back less than 4 MB");
+}
+
+#[tokio::test]
+async fn only_superusers_change_the_memory_settings() {
+    let client = connect().await;
+    client
+        .batch_execute("DROP ROLE IF EXISTS automerge_app; CREATE ROLE automerge_app; SET ROLE automerge_app")
+        .await
+        .unwrap();
+    for setting in ["pg_automerge.trim_threshold", "pg_automerge.max_load_memory"] {
+        let err = client.batch_execute(&format!("SET {setting} = 1")).await.unwrap_err();
+        assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{setting}: {err}");
+    }
+    client.batch_execute("RESET ROLE; DROP ROLE automerge_app").await.unwrap();
+}
+
+#[tokio::test]
+async fn the_shared_view_lists_every_backend() {
+    let mut clients = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let client = connect().await;
+        // A transaction's end publishes the backend's counters.
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid() FROM (SELECT doc::jsonb FROM sample_documents LIMIT 1) d", &[])
+            .await
+            .unwrap()
+            .get(0);
+        pids.push(pid);
+        clients.push(client);
+    }
+    let listed: Vec<i32> = clients[0]
+        .query("SELECT pid FROM automerge_memory_backends() WHERE allocated_bytes >= 0", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for pid in &pids {
+        assert!(listed.contains(pid), "backend {pid} is not in automerge_memory_backends(): {listed:?}");
+    }
+    println!("shared view: {} backends listed, including the {} test sessions", listed.len(), pids.len());
+}
