@@ -43,7 +43,7 @@ use std::io::{ErrorKind, Read};
 
 use flate2::bufread::DeflateDecoder;
 
-use crate::format::Summary;
+use crate::format::{Summary, AUTOMERGE_MAGIC};
 use crate::Error;
 
 /// What a load is estimated to need; [`LoadEstimate::peak_bytes`] turns it into bytes.
@@ -169,7 +169,6 @@ pub fn estimate_applied(stored: &LoadEstimate) -> LoadEstimate {
     }
 }
 
-const MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 const DOCUMENT: u8 = 0;
 const CHANGE: u8 = 1;
 const COMPRESSED_CHANGE: u8 = 2;
@@ -266,7 +265,7 @@ impl Counts {
 
 /// Splits off the first chunk: its type, its data and the rest of the input.
 fn chunk(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
-    if !input.starts_with(&MAGIC[..input.len().min(4)]) {
+    if !input.starts_with(&AUTOMERGE_MAGIC[..input.len().min(4)]) {
         return Err(not_automerge("missing the Automerge magic bytes"));
     }
     if input.len() < 9 {

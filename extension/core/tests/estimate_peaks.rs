@@ -21,7 +21,6 @@ use sha2::{Digest, Sha256};
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const TIME_MS: i64 = 1_767_225_600_000;
-const MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 
 fn actor(n: u8) -> ActorId {
     ActorId::from([n; 16])
@@ -372,7 +371,7 @@ fn chunk(chunk_type: u8, data: &[u8], checksum_of: Option<&[u8]>) -> Vec<u8> {
         .chain_update(&prefix)
         .chain_update(hashed)
         .finalize();
-    let mut out = MAGIC.to_vec();
+    let mut out = pg_automerge_core::format::AUTOMERGE_MAGIC.to_vec();
     out.extend_from_slice(&hash[..4]);
     out.push(chunk_type);
     uleb(&mut out, data.len() as u64);
