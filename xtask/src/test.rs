@@ -50,6 +50,8 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         cargo
             .args(["test", "--no-fail-fast", "--workspace"])
             .args(["--exclude", "pg_automerge", "--exclude", "cluster_tests"])
+            // The load-estimate test prints its estimate/peak table.
+            .args(["--", "--nocapture"])
             .current_dir(project_root());
         counted(cargo)
     })?;

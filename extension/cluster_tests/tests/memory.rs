@@ -124,3 +124,31 @@ async fn the_shared_view_lists_every_backend() {
     }
     println!("shared view: {} backends listed, including the {} test sessions", listed.len(), pids.len());
 }
+
+/// The Operations page's recipe, exactly as written there, with `$1` bound.
+#[tokio::test]
+async fn the_operations_recipe_works_as_written() {
+    let client = connect().await;
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS docs; CREATE TABLE docs (id int PRIMARY KEY, doc automerge NOT NULL); \
+             INSERT INTO docs SELECT 1, doc FROM sample_documents WHERE name = 'meeting-notes'",
+        )
+        .await
+        .unwrap();
+    client.query("SELECT automerge_memory_reset();", &[]).await.unwrap();
+    let title: String = client
+        .query_one("SELECT doc->>'title' FROM docs WHERE id = $1;", &[&1i32])
+        .await
+        .unwrap()
+        .get(0);
+    let peak: String = client
+        .query_one("SELECT pg_size_pretty(peak_allocated_bytes) FROM automerge_memory_usage();", &[])
+        .await
+        .unwrap()
+        .get(0);
+    client.batch_execute("DROP TABLE docs").await.unwrap();
+    assert_eq!(title, "Weekly sync");
+    assert!(peak.ends_with("kB") || peak.ends_with("MB"), "peak {peak}");
+    println!("recipe: loading the meeting notes peaked at {peak}");
+}
