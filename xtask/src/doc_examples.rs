@@ -111,15 +111,9 @@ fn fenced_body(lines: &[&str], start: usize) -> (String, usize) {
 fn normalize(text: &str) -> String {
     let lines: Vec<String> = text
         .lines()
-        .map(|line| strip_psql_location(line).trim_end().to_string())
+        .map(|line| cluster_tests::strip_psql_location(line).trim_end().to_string())
         .collect();
     lines.join("\n").trim_matches('\n').to_string()
-}
-
-fn strip_psql_location(line: &str) -> &str {
-    let Some(rest) = line.strip_prefix("psql:<stdin>:") else { return line };
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    rest[digits..].strip_prefix(": ").unwrap_or(line)
 }
 
 #[cfg(test)]

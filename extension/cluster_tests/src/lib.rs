@@ -41,13 +41,18 @@ pub fn psql(sql: &str) -> String {
     let output = child.wait_with_output().unwrap();
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     for line in String::from_utf8_lossy(&output.stderr).lines() {
-        let line = line.strip_prefix("psql:<stdin>:").map_or(line, |rest| {
-            rest.split_once(": ").map_or(line, |(_, message)| message)
-        });
-        text.push_str(line);
+        text.push_str(strip_psql_location(line));
         text.push('\n');
     }
     text
+}
+
+/// Drops the `psql:<stdin>:12: ` that psql puts before errors when it reads a script, so
+/// that output reads as a person's psql shows it.
+pub fn strip_psql_location(line: &str) -> &str {
+    let Some(rest) = line.strip_prefix("psql:<stdin>:") else { return line };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    rest[digits..].strip_prefix(": ").unwrap_or(line)
 }
 
 /// A connection whose driver runs on its own task.

@@ -44,7 +44,7 @@ fn automerge_changes(
     const FUNCTION: &str = "automerge_changes";
     let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
     let loaded = stored::load(&doc, FUNCTION);
-    let since = since.map(|texts| stored::known_heads(&loaded, &texts, FUNCTION));
+    let since = since.map(|texts| stored::parse_heads(&texts, FUNCTION));
     let changes = history::changes(&loaded, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|c| {
         let micros = c.time_ms.saturating_sub(POSTGRES_EPOCH_MS).saturating_mul(1000);
@@ -66,7 +66,7 @@ fn automerge_changes(
 fn automerge_save_since(doc: StoredDoc<'_>, since: Vec<String>) -> Vec<u8> {
     const FUNCTION: &str = "automerge_save_since";
     let loaded = stored::load(&doc, FUNCTION);
-    let since = stored::known_heads(&loaded, &since, FUNCTION);
+    let since = stored::parse_heads(&since, FUNCTION);
     history::catch_up(&loaded, &since).or_raise(FUNCTION)
 }
 

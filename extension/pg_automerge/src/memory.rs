@@ -214,7 +214,7 @@ fn automerge_memory_backends() -> TableIterator<
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_support::{sample, sqlstate_of};
+    use crate::test_support::{hex_of, sample, sqlstate_of};
 
     fn usage() -> (i64, i64, i64) {
         Spi::get_three::<i64, i64, i64>(
@@ -243,7 +243,7 @@ mod tests {
     fn a_load_over_the_limit_is_refused_with_the_estimate() {
         let project = sample("project").save();
         Spi::run("SET LOCAL pg_automerge.max_load_memory = 0").unwrap();
-        let insert = format!("SELECT '\\x{}'::automerge", hex::encode(&project));
+        let insert = format!("SELECT '{}'::automerge", hex_of(&project));
         assert_eq!(sqlstate_of(&insert), "53400");
         Spi::run("SET LOCAL pg_automerge.max_load_memory = -1").unwrap();
         assert_eq!(sqlstate_of(&insert), "no error");

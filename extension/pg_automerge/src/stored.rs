@@ -10,13 +10,18 @@ pub fn load(doc: &StoredDoc<'_>, function: &'static str) -> automerge::Automerge
     document::load_stored(doc.stored()).or_raise(function)
 }
 
+/// Heads given as text, parsed; for functions of the core crate that check them themselves.
+pub fn parse_heads(texts: &[String], function: &'static str) -> Vec<automerge::ChangeHash> {
+    heads::parse(texts).or_raise(function)
+}
+
 /// Heads given as text, parsed and checked to be changes of `doc`.
 pub fn known_heads(
     doc: &automerge::Automerge,
     texts: &[String],
     function: &'static str,
 ) -> Vec<automerge::ChangeHash> {
-    let parsed = heads::parse(texts).or_raise(function);
+    let parsed = parse_heads(texts, function);
     heads::require_known(doc, &parsed).or_raise(function);
     parsed
 }

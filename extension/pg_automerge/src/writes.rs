@@ -43,7 +43,7 @@ mod tests {
     use automerge::{AutoCommit, ROOT};
     use pgrx::prelude::*;
 
-    use crate::test_support::{sample, sqlstate_of};
+    use crate::test_support::{hex_of, sample, sqlstate_of};
 
     /// A client's copy of the `project` sample with one more edit, and that edit's bytes.
     fn edited_project(key: &str, actor: u8) -> (AutoCommit, Vec<u8>) {
@@ -129,8 +129,8 @@ mod tests {
         client.put(ROOT, "y", 2_i64).unwrap();
         let orphan = client.save_after(&heads);
         let sql = format!(
-            "UPDATE docs SET doc = doc || '\\x{}'::bytea WHERE id = 1",
-            hex::encode(&orphan)
+            "UPDATE docs SET doc = doc || '{}'::bytea WHERE id = 1",
+            hex_of(&orphan)
         );
         assert_eq!(sqlstate_of(&sql), "22P03");
         assert_eq!(stored_heads(), before);
