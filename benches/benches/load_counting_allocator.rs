@@ -1,15 +1,17 @@
-//! The cost of counting: the load of load_system_allocator with the extension's allocator.
+//! The cost of counting: the loads of load_system_allocator with the extension's allocator.
 
-use criterion::{criterion_group, criterion_main, Criterion};
 use pg_automerge_core::memory::CountingAllocator;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-fn load(c: &mut Criterion) {
-    let bytes = benches::edited_text();
-    c.bench_function("load edited text, counting allocator", |b| b.iter(|| benches::load(&bytes)));
+fn load(c: &mut criterion::Criterion) {
+    benches::allocator_bench(c, benches::OURS);
 }
 
-criterion_group!(allocator, load);
-criterion_main!(allocator);
+criterion::criterion_group! {
+    name = allocator;
+    config = benches::criterion();
+    targets = load
+}
+criterion::criterion_main!(allocator);

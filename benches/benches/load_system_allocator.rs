@@ -1,11 +1,12 @@
-//! The baseline of load_counting_allocator: the same load with the system allocator.
+//! The baseline of load_counting_allocator: the same loads with the system allocator.
 
-use criterion::{criterion_group, criterion_main, Criterion};
-
-fn load(c: &mut Criterion) {
-    let bytes = benches::edited_text();
-    c.bench_function("load edited text, system allocator", |b| b.iter(|| benches::load(&bytes)));
+fn load(c: &mut criterion::Criterion) {
+    benches::allocator_bench(c, benches::SYSTEM_ALLOCATOR);
 }
 
-criterion_group!(allocator, load);
-criterion_main!(allocator);
+criterion::criterion_group! {
+    name = allocator;
+    config = benches::criterion();
+    targets = load
+}
+criterion::criterion_main!(allocator);

@@ -1,26 +1,197 @@
-//! Inputs shared by the benchmarks.
+//! What the benchmarks share: which fixtures a run uses, criterion's settings, the small
+//! changes writes apply, and the file where peak heap measurements are written.
+//!
+//! `cargo xtask bench` sets the environment variables read here; run by hand, the benches
+//! default to the Operations-scale fixtures under `target/fixtures`.
 
-use automerge::transaction::Transactable;
-use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ROOT};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 
-/// A text of 2,000 edits by two actors: a load that makes many allocations of every size.
-pub fn edited_text() -> Vec<u8> {
-    let mut doc = AutoCommit::new().with_actor(ActorId::from([1; 16]));
-    let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
-    for i in 0..2_000 {
-        if i % 2 == 1 {
-            doc.set_actor(ActorId::from([2; 16]));
-        } else {
-            doc.set_actor(ActorId::from([1; 16]));
-        }
-        let len = doc.length(&text);
-        doc.splice_text(&text, (i * 7) % (len + 1), 0, "edit ").unwrap();
-        doc.commit();
+use automerge::transaction::{CommitOptions, Transactable};
+use automerge::{ActorId, AutoCommit, ReadDoc, ROOT};
+use criterion::{Criterion, SamplingMode};
+use fixtures::generated::{cached, Kind, Scale, Spec};
+use pg_automerge_core::memory;
+
+/// The variant measured: ours, or one of the baselines measured beside it in the same run.
+pub const OURS: &str = "pg_automerge";
+pub const AUTOMERGE: &str = "automerge";
+pub const JSONB: &str = "jsonb";
+
+/// Which fixture scale the run uses: `PG_AUTOMERGE_BENCH_SCALE` = small, medium or
+/// operations (the default).
+pub fn scale() -> Scale {
+    match std::env::var("PG_AUTOMERGE_BENCH_SCALE").as_deref() {
+        Ok("small") => Scale::Small,
+        Ok("medium") => Scale::Medium,
+        Ok("operations") | Err(_) => Scale::Operations,
+        Ok(other) => panic!("PG_AUTOMERGE_BENCH_SCALE={other}: choose small, medium or operations"),
     }
-    doc.save()
 }
 
-/// The benchmark body both allocator benches run: load the document.
-pub fn load(bytes: &[u8]) -> automerge::Automerge {
-    automerge::Automerge::load(bytes).unwrap()
+/// Whether this is a quick run (a smoke check that every bench runs, not a measurement).
+pub fn quick() -> bool {
+    scale() == Scale::Small
+}
+
+/// One fixture, read from (or generated into) the fixtures directory.
+pub struct Fixture {
+    pub spec: Spec,
+    pub save: Vec<u8>,
+}
+
+impl Fixture {
+    pub fn name(&self) -> String {
+        self.spec.name()
+    }
+}
+
+/// The fixtures of this run's scale: each kind with its history, and, when `compacted`,
+/// each kind compacted to one change as well.
+pub fn fixtures(compacted: bool) -> Vec<Fixture> {
+    let dir = std::env::var_os("PG_AUTOMERGE_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/fixtures"));
+    let mut fixtures = Vec::new();
+    for kind in Kind::ALL {
+        for compacted in [false, true].into_iter().filter(|c| !c || compacted) {
+            let spec = Spec {
+                kind,
+                scale: scale(),
+                compacted,
+            };
+            let save = cached(&dir, spec).expect("the fixtures directory is writable");
+            fixtures.push(Fixture { spec, save });
+        }
+    }
+    fixtures
+}
+
+/// Criterion's settings: few samples of equal size, since one iteration on the larger
+/// fixtures takes seconds; a quick run only checks that each bench runs.
+pub fn criterion() -> Criterion {
+    let criterion = Criterion::default().sample_size(10).configure_from_args();
+    if quick() {
+        criterion
+            .warm_up_time(Duration::from_millis(20))
+            .measurement_time(Duration::from_millis(50))
+    } else {
+        criterion
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(5))
+    }
+}
+
+/// Settings every group shares.
+pub fn configure(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    group.sampling_mode(SamplingMode::Flat);
+}
+
+/// A stream of small changes to one document, each depending on the one before, so that a
+/// benchmark can apply a new one on every iteration: an author retitling the document.
+pub struct Retitler {
+    doc: AutoCommit,
+    count: u64,
+}
+
+impl Retitler {
+    pub fn new(save: &[u8]) -> Retitler {
+        let doc = AutoCommit::load(save)
+            .expect("fixtures load")
+            .with_actor(ActorId::from([0xe5; 16]));
+        Retitler { doc, count: 0 }
+    }
+
+    /// The next title and the change bytes that set it.
+    pub fn next_change(&mut self) -> (String, Vec<u8>) {
+        self.count += 1;
+        let title = format!("Retitled {}", self.count);
+        self.doc.put(ROOT, "title", title.as_str()).unwrap();
+        self.doc
+            .commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
+        let change = self
+            .doc
+            .get_last_local_change()
+            .expect("a change was just committed");
+        (title, change.raw_bytes().to_vec())
+    }
+
+    /// The whole document as it stands, saved.
+    pub fn save(&mut self) -> Vec<u8> {
+        self.doc.save()
+    }
+
+    /// The document's title now.
+    pub fn title(&self) -> String {
+        self.doc
+            .get(ROOT, "title")
+            .unwrap()
+            .and_then(|(value, _)| value.to_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// Two forks of `save`, each with one small change the other lacks.
+pub fn forks(save: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let fork = |actor: u8| {
+        let mut doc = AutoCommit::load(save)
+            .unwrap()
+            .with_actor(ActorId::from([actor; 16]));
+        doc.put(ROOT, "title", format!("Fork {actor}")).unwrap();
+        doc.commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
+        doc.save()
+    };
+    (fork(0xf1), fork(0xf2))
+}
+
+/// Runs `work` once and records the peak heap it took above what was allocated before, in
+/// the peaks file that `cargo xtask bench` reads next to criterion's estimates.
+pub fn record_peak<T>(group: &str, variant: &str, fixture: &str, work: impl FnOnce() -> T) {
+    let before = memory::usage().allocated_bytes;
+    memory::reset();
+    let result = work();
+    let peak = memory::usage().peak_allocated_bytes.saturating_sub(before);
+    drop(result);
+    record_peak_bytes(group, variant, fixture, peak as u64);
+}
+
+/// Records a peak measured elsewhere (by the server, for SQL benches).
+pub fn record_peak_bytes(group: &str, variant: &str, fixture: &str, peak: u64) {
+    let path = std::env::var_os("PG_AUTOMERGE_BENCH_PEAKS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/criterion/peaks.csv"));
+    std::fs::create_dir_all(path.parent().expect("a file has a directory")).unwrap();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    writeln!(file, "{group},{variant},{fixture},{peak}").unwrap();
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("benches is in the workspace")
+        .to_path_buf()
+}
+
+/// The baseline of the allocator benches: the same load with the system allocator.
+pub const SYSTEM_ALLOCATOR: &str = "system allocator";
+
+/// Loads each fixture's history; the allocator benches run it in two binaries, one with
+/// the extension's counting allocator (`OURS`) and one with the system allocator.
+pub fn allocator_bench(c: &mut Criterion, variant: &str) {
+    let mut group = c.benchmark_group("core/load, by allocator");
+    configure(&mut group);
+    for fixture in fixtures(false) {
+        group.bench_with_input(
+            criterion::BenchmarkId::new(variant, fixture.name()),
+            &fixture.save,
+            |b, save| b.iter(|| automerge::Automerge::load(save).unwrap()),
+        );
+    }
+    group.finish();
 }

@@ -22,6 +22,11 @@ pub enum Verb {
     /// Build and install the extension, start a local cluster with sample documents, and
     /// print the psql line to connect.
     Run(RunFlags),
+    /// Generate the benchmark fixtures into target/fixtures and print their sizes.
+    Fixtures(FixturesFlags),
+    /// Run the criterion benches (core level, and SQL level against a cluster it starts)
+    /// and write a report with ratios to the baselines into results/bench-<date>/.
+    Bench(BenchFlags),
 }
 
 #[derive(Args, Debug)]
@@ -46,6 +51,24 @@ pub struct RunFlags {
     /// Stop the clusters that `cargo xtask run` started.
     #[arg(long)]
     pub stop: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FixturesFlags {
+    /// Only the small fixtures (a few kilobytes each).
+    #[arg(long = "small")]
+    pub small_only: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchFlags {
+    /// A smoke check that every bench runs: small fixtures, the shortest measurement, the
+    /// debug build; the report goes to target/bench-quick/ instead of results/.
+    #[arg(long)]
+    pub quick: bool,
+    /// Which PostgreSQL major the SQL benches run against.
+    #[arg(long, value_enum, default_value_t = PgMajor::Pg17)]
+    pub pg: PgMajor,
 }
 
 /// `15`, `17`, `18` or `all`.

@@ -1,11 +1,15 @@
 //! `cargo xtask <verb>`: everything it takes to build, test and run pg_automerge, in
 //! plain Rust. One module per verb; all flags are in `flags.rs`.
 
+mod bench;
+mod chart;
 mod cluster;
 mod debian_source;
 mod doc_examples;
+mod fixtures;
 mod flags;
 mod postgres;
+mod provenance;
 mod run;
 mod setup;
 mod step;
@@ -23,6 +27,8 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Setup(flags) => setup::run(&sh, &flags).map(drop),
         flags::Verb::Test(flags) => test::run(&sh, &flags),
         flags::Verb::Run(flags) => run::run(&sh, &flags),
+        flags::Verb::Fixtures(flags) => fixtures::run(&sh, &flags),
+        flags::Verb::Bench(flags) => bench::run(&sh, &flags),
     }
 }
 

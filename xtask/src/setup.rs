@@ -102,20 +102,9 @@ fn install_packages(sh: &Shell) -> Result<()> {
     Ok(())
 }
 
-/// The pgrx version that Cargo.lock pins: cargo-pgrx must match it exactly.
-fn locked_pgrx_version(sh: &Shell) -> Result<String> {
-    let lock: toml::Table = sh.read_file("Cargo.lock")?.parse().context("parsing Cargo.lock")?;
-    lock.get("package")
-        .and_then(|p| p.as_array())
-        .into_iter()
-        .flatten()
-        .find(|p| p.get("name").and_then(|n| n.as_str()) == Some("pgrx"))
-        .and_then(|p| p.get("version")?.as_str().map(str::to_string))
-        .context("Cargo.lock has no pgrx package")
-}
-
 fn install_cargo_pgrx(sh: &Shell) -> Result<()> {
-    let wanted = locked_pgrx_version(sh)?;
+    // cargo-pgrx must match the pgrx that Cargo.lock pins exactly.
+    let wanted = crate::provenance::locked_version(sh, "pgrx")?;
     let installed = cmd!(sh, "cargo pgrx --version").quiet().ignore_stderr().read().unwrap_or_default();
     if installed.split_whitespace().last() == Some(wanted.as_str()) {
         note(format!("cargo-pgrx {wanted} already installed"));

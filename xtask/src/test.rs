@@ -11,6 +11,7 @@ use xshell::{cmd, Shell};
 use std::path::PathBuf;
 
 use crate::cluster::{checkout_id, Cluster};
+use crate::bench;
 use crate::doc_examples;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
@@ -74,6 +75,13 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         total += examples;
         total += cluster;
     }
+
+    // Every bench runs once on the small fixtures: no timing is checked, only that each
+    // still works against the extension as built.
+    let major = flags.pg.majors()[0];
+    let benches = step("benchmarks, quick (a smoke check)", || bench::measure_and_report(sh, major, true))?;
+    summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
+    total += Counts { passed: benches, failed: 0 };
 
     println!();
     for line in &summary {

@@ -1,0 +1,197 @@
+//! Core level, no Postgres: what `pg_automerge_core` does for each SQL function, against the
+//! automerge crate doing the same work from the same bytes. Peak heap is recorded beside.
+
+use automerge::{Automerge, ReadDoc, ROOT};
+use benches::{
+    configure, criterion, fixtures, forks, record_peak, Fixture, Retitler, AUTOMERGE, OURS,
+};
+use criterion::{BenchmarkId, Criterion};
+use fixtures::generated::Kind;
+use pg_automerge_core::document::{load_stored, stored_from_client_bytes, to_stored, LoadLimit};
+use pg_automerge_core::memory::CountingAllocator;
+use pg_automerge_core::{history, json, spans, writes};
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+const NO_LIMIT: LoadLimit = LoadLimit(None);
+
+/// A fixture as the extension stores it.
+fn stored(fixture: &Fixture) -> Vec<u8> {
+    stored_from_client_bytes(&fixture.save, NO_LIMIT).unwrap()
+}
+
+/// Benchmarks one operation for both variants on every fixture, and records their peaks.
+fn compare<I>(
+    c: &mut Criterion,
+    group: &str,
+    fixtures: &[Fixture],
+    input: impl Fn(&Fixture) -> I,
+    ours: impl Fn(&I) -> Box<dyn std::any::Any>,
+    automerge: impl Fn(&I) -> Box<dyn std::any::Any>,
+) {
+    let mut bench_group = c.benchmark_group(format!("core/{group}"));
+    configure(&mut bench_group);
+    for fixture in fixtures {
+        let input = input(fixture);
+        let name = fixture.name();
+        for (variant, work) in [(OURS, &ours as &dyn Fn(&I) -> _), (AUTOMERGE, &automerge)] {
+            record_peak(&format!("core/{group}"), variant, &name, || work(&input));
+            bench_group.bench_with_input(BenchmarkId::new(variant, &name), &input, |b, input| {
+                b.iter(|| work(input))
+            });
+        }
+    }
+    bench_group.finish();
+}
+
+fn text_kinds(fixtures: &[Fixture]) -> Vec<Fixture> {
+    fixtures
+        .iter()
+        .filter(|f| f.spec.kind != Kind::MapList && !f.spec.compacted)
+        .map(|f| Fixture {
+            spec: f.spec,
+            save: f.save.clone(),
+        })
+        .collect()
+}
+
+fn histories(fixtures: &[Fixture]) -> Vec<Fixture> {
+    fixtures
+        .iter()
+        .filter(|f| !f.spec.compacted)
+        .map(|f| Fixture {
+            spec: f.spec,
+            save: f.save.clone(),
+        })
+        .collect()
+}
+
+fn benches(c: &mut Criterion) {
+    let all = fixtures(true);
+    let histories = histories(&all);
+
+    compare(
+        c,
+        "load",
+        &all,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| Box::new(load_stored(stored).unwrap()),
+        |(_, save)| Box::new(Automerge::load(save).unwrap()),
+    );
+    compare(
+        c,
+        "read title",
+        &histories,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| {
+            Box::new(
+                load_stored(stored)
+                    .unwrap()
+                    .get(ROOT, "title")
+                    .unwrap()
+                    .map(|v| v.0.to_string()),
+            )
+        },
+        |(_, save)| {
+            Box::new(
+                Automerge::load(save)
+                    .unwrap()
+                    .get(ROOT, "title")
+                    .unwrap()
+                    .map(|v| v.0.to_string()),
+            )
+        },
+    );
+    compare(
+        c,
+        "to jsonb",
+        &histories,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| Box::new(json::document(&load_stored(stored).unwrap(), None)),
+        |(_, save)| {
+            let doc = Automerge::load(save).unwrap();
+            Box::new(serde_json::to_value(automerge::AutoSerde::from(&doc)).unwrap())
+        },
+    );
+    compare(
+        c,
+        "save",
+        &histories,
+        |f| Automerge::load(&f.save).unwrap(),
+        |doc| Box::new(to_stored(doc)),
+        |doc| Box::new(doc.save()),
+    );
+    compare(
+        c,
+        "history",
+        &histories,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| {
+            Box::new(
+                history::changes(&load_stored(stored).unwrap(), None)
+                    .unwrap()
+                    .len(),
+            )
+        },
+        |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes(&[]).len()),
+    );
+    compare(
+        c,
+        "spans",
+        &text_kinds(&all),
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| {
+            Box::new(
+                spans::spans(&load_stored(stored).unwrap(), &["content".into()], None).unwrap(),
+            )
+        },
+        |(_, save)| {
+            let doc = Automerge::load(save).unwrap();
+            let text = doc.get(ROOT, "content").unwrap().unwrap().1;
+            Box::new(doc.spans(text).unwrap().count())
+        },
+    );
+    compare(
+        c,
+        "upsert full save",
+        &histories,
+        |f| {
+            let (left, right) = forks(&f.save);
+            let stored = |save: &[u8]| stored_from_client_bytes(save, NO_LIMIT).unwrap();
+            ((stored(&left), stored(&right)), (left, right))
+        },
+        |((left, right), _)| Box::new(writes::merge(left, right, NO_LIMIT).unwrap()),
+        |(_, (left, right))| {
+            let mut doc = Automerge::load(left).unwrap();
+            doc.merge(&mut Automerge::load(right).unwrap()).unwrap();
+            Box::new(doc.save())
+        },
+    );
+    compare(
+        c,
+        "incremental write",
+        &histories,
+        // The same change every iteration: each applies it to the stored value as it was.
+        |f| {
+            (
+                stored(f),
+                f.save.clone(),
+                Retitler::new(&f.save).next_change().1,
+            )
+        },
+        |(stored, _, change)| Box::new(writes::apply(stored, change, NO_LIMIT).unwrap()),
+        |(_, save, change)| {
+            let mut doc = Automerge::load(save).unwrap();
+            doc.load_incremental(change).unwrap();
+            Box::new(doc.save())
+        },
+    );
+}
+
+criterion::criterion_group! {
+    name = core;
+    config = criterion();
+    targets = benches
+}
+criterion::criterion_main!(core);
