@@ -63,6 +63,10 @@ fn measure(sh: &Shell, major: PgMajor, quick: bool) -> Result<Results> {
         &format!("start a {major} cluster for the SQL benches"),
         || start_with_samples(sh, major, "bench", Fresh::Yes),
     )?;
+    // Recorded before measuring: what was built and run, not what the tree became meanwhile.
+    let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
+    let command = if quick { "cargo xtask bench --quick" } else { "cargo xtask bench" };
+    let provenance = Provenance::collect(sh, command, &[("PostgreSQL", server_version.trim().to_string())])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
         fs::remove_dir_all(&criterion_dir)?;
@@ -87,22 +91,11 @@ fn measure(sh: &Shell, major: PgMajor, quick: bool) -> Result<Results> {
         }
         Ok(())
     });
-    let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();");
     cluster.stop()?;
     benches?;
     let mut rows = read_estimates(&criterion_dir)?;
     add_peaks(&mut rows, &peaks)?;
     note(format!("{} benchmarks measured", rows.len()));
-    let command = if quick {
-        "cargo xtask bench --quick"
-    } else {
-        "cargo xtask bench"
-    };
-    let provenance = Provenance::collect(
-        sh,
-        command,
-        &[("PostgreSQL", server_version?.trim().to_string())],
-    )?;
     Ok(Results {
         rows,
         fixture_table,
