@@ -6,12 +6,14 @@ mod debian_source;
 mod doc_examples;
 mod flags;
 mod postgres;
+mod reliability;
 mod run;
 mod setup;
 mod step;
 mod test;
 #[cfg(test)]
 mod tidy;
+mod versions;
 
 use std::path::{Path, PathBuf};
 

@@ -15,6 +15,7 @@ use crate::doc_examples;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
+use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
 use crate::step::{note, step};
@@ -66,13 +67,24 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
             &format!("{major}: documentation examples and cluster tests"),
             || cluster_checks(sh, major),
         )?;
+        let reliability = step(&format!("{major}: reliability (crashes, replication, dump, upgrades)"), || {
+            reliability::run(sh, major)
+        })?;
         summary.push(format!(
             "{major}: extension tests {extension}; documentation examples {examples}; \
              cluster tests {cluster}"
         ));
+        summary.push(format!(
+            "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
+            major.number(),
+            reliability.counts,
+            reliability.crashes_survived,
+            reliability.upgrades
+        ));
         total += extension;
         total += examples;
         total += cluster;
+        total += reliability.counts;
     }
 
     println!();

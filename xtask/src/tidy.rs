@@ -131,3 +131,34 @@ fn core_crate_stays_free_of_postgres() {
     let manifest = read("extension/core/Cargo.toml");
     assert!(!manifest.contains("pgrx"), "the core crate must not depend on pgrx");
 }
+
+#[test]
+fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_version() {
+    use crate::versions::{self, numeric};
+    let current = versions::current().unwrap();
+    let released = versions::released().unwrap();
+    let upgrades = versions::upgrades().unwrap();
+    assert!(!released.is_empty(), "no frozen install script in {}", versions::sql_dir().display());
+    for version in &released {
+        assert!(numeric(version) <= numeric(&current), "released {version} is newer than the workspace's {current}");
+        assert!(
+            versions::upgrade_path(version, &current, &upgrades).is_some(),
+            "no chain of upgrade scripts from {version} to {current}: add {}",
+            versions::upgrade_script_name(version, &current)
+        );
+    }
+    for (from, to) in &upgrades {
+        assert!(numeric(from) < numeric(to), "{} goes backwards", versions::upgrade_script_name(from, to));
+        assert!(
+            released.contains(from),
+            "{} upgrades from {from}, which has no frozen install script {}",
+            versions::upgrade_script_name(from, to),
+            versions::install_script_name(from)
+        );
+        assert!(
+            released.contains(to) || *to == current,
+            "{} upgrades to {to}, which is neither released nor the current version",
+            versions::upgrade_script_name(from, to)
+        );
+    }
+}
