@@ -82,14 +82,26 @@ fn scenarios(primary: &Cluster, standby: &Cluster, subscriber: &Cluster) -> Resu
     checks.run("pg_dump -Fc and pg_restore give byte-identical documents, generated columns and GIN indexes", || {
         dump_and_restore(primary)
     });
-    checks.run("the frozen install script of the current version creates what CREATE EXTENSION creates", || {
-        frozen_script_matches(primary)
-    });
+    // The version checks run where they apply, and are not counted where they do not.
+    let current = versions::current()?;
+    let released = versions::released()?;
+    if released.contains(&current) {
+        checks.run("the frozen install script of the current version creates what CREATE EXTENSION creates", || {
+            frozen_script_matches(primary, &current)
+        });
+    } else {
+        note(format!("not checked: {current} is not released, so it has no frozen script yet"));
+    }
+    let older: Vec<&String> = released.iter().filter(|v| **v != current).collect();
     let mut upgrades = 0;
-    checks.run("each released version upgrades to the current one, and its documents read and merge", || {
-        upgrades = upgrade_from_releases(primary)?;
-        Ok(())
-    });
+    if older.is_empty() {
+        note(format!("not checked: {current} is the only release, so there is nothing to upgrade from yet"));
+    } else {
+        checks.run("each older release upgrades to the current one, and its documents read and merge", || {
+            upgrades = upgrade_from_releases(primary, &current, &older)?;
+            Ok(())
+        });
+    }
     Ok(Outcome { counts: checks.counts, crashes_survived, upgrades })
 }
 
@@ -335,14 +347,17 @@ fn counter(doc: &AutoCommit) -> Option<i64> {
     }
 }
 
+/// Every document must load (reading it as of its own heads always does), and give the
+/// same state as its jsonb cast, whatever the cast reads.
 fn every_document_loads(primary: &Cluster) -> Result<()> {
     let output = primary.psql(
         DATABASE,
-        "SELECT count(*) FILTER (WHERE doc::jsonb IS NOT NULL AND automerge_change_count(doc) >= 0), count(*) \
+        "\\t on\n\\a\n\
+         SELECT count(*) FILTER (WHERE automerge_to_jsonb(doc, automerge_heads(doc)) = doc::jsonb) || ' of ' || count(*) \
          FROM (SELECT doc FROM documents UNION ALL SELECT doc FROM written) d;",
     )?;
-    let (loaded, rows) = single_row_pair(&output)?;
-    ensure!(loaded == rows && rows == (fixtures::samples().len() + 2 * WRITERS) as i64, "{loaded} of {rows} rows load");
+    let rows = fixtures::samples().len() + 2 * WRITERS;
+    ensure!(output.trim() == format!("{rows} of {rows}"), "{} documents load and agree, of {rows}", output.trim());
     Ok(())
 }
 
@@ -473,46 +488,34 @@ fn fresh_catalog(primary: &Cluster) -> Result<String> {
 /// When the current version is a release, its frozen script (run by hand, as CREATE
 /// EXTENSION would) must define exactly what the script pgrx generates from the code does:
 /// otherwise the SQL changed without a new version and an upgrade script.
-fn frozen_script_matches(primary: &Cluster) -> Result<()> {
-    let current = versions::current()?;
-    let released = versions::released()?;
-    if !released.contains(&current) {
-        note(format!("{current} is not released yet: its upgrade path is checked instead"));
-        return Ok(());
-    }
+fn frozen_script_matches(primary: &Cluster, current: &str) -> Result<()> {
     let fresh = fresh_catalog(primary)?;
     primary.psql("postgres", "DROP DATABASE IF EXISTS frozen_script; CREATE DATABASE frozen_script;")?;
-    let script = versions::install_script(&current)?.replace("MODULE_PATHNAME", "$libdir/pg_automerge");
+    let script = versions::install_script(current)?.replace("MODULE_PATHNAME", "$libdir/pg_automerge");
     primary.psql("frozen_script", &format!("BEGIN;\n{script}\nCOMMIT;"))?;
     let frozen = primary.psql("frozen_script", CATALOG)?;
     ensure!(
         frozen == fresh,
         "the SQL of version {current} changed since it was released: give the workspace a new \
          version and add {}. Differences (- frozen, + current):\n{}",
-        versions::upgrade_script_name(&current, "<new version>"),
+        versions::upgrade_script_name(current, "<new version>"),
         line_differences(&frozen, &fresh)
     );
     Ok(())
 }
 
-/// For each released version other than the current one: installs it from its frozen
+/// For each older release: installs it from its frozen
 /// script, writes documents, runs ALTER EXTENSION … UPDATE, and checks that the catalog
 /// equals a fresh install's and that the old documents read and merge. Returns how many
 /// versions it upgraded from.
-fn upgrade_from_releases(primary: &Cluster) -> Result<usize> {
-    let current = versions::current()?;
-    let older: Vec<String> = versions::released()?.into_iter().filter(|v| *v != current).collect();
-    if older.is_empty() {
-        note(format!("{current} is the only release: there is nothing to upgrade from yet"));
-        return Ok(0);
-    }
+fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) -> Result<usize> {
     let fresh = fresh_catalog(primary)?;
     let upgrades = versions::upgrades()?;
     let extension_dir = sharedir(primary.major)?.join("extension");
-    for version in &older {
+    for version in older {
         // pgrx installs the current version's script and the upgrade scripts, not the
         // install scripts of older versions: put the frozen one beside them.
-        let chain = versions::upgrade_path(version, &current, &upgrades)
+        let chain = versions::upgrade_path(version, current, &upgrades)
             .with_context(|| format!("no upgrade scripts lead from {version} to {current}"))?;
         note(format!("upgrading through {}", chain.join(" -> ")));
         let name = versions::install_script_name(version);
@@ -599,14 +602,4 @@ fn line_differences(left: &str, right: &str) -> String {
     let mut out: Vec<String> = l.difference(&r).map(|line| format!("- {line}")).collect();
     out.extend(r.difference(&l).map(|line| format!("+ {line}")));
     out.join("\n")
-}
-
-/// The two numbers of a one-row, two-column psql result.
-fn single_row_pair(output: &str) -> Result<(i64, i64)> {
-    let row = output.lines().nth(2).context("no row")?;
-    let mut cells = row.split('|').map(|cell| cell.trim().parse::<i64>());
-    match (cells.next(), cells.next()) {
-        (Some(Ok(a)), Some(Ok(b))) => Ok((a, b)),
-        _ => bail!("not two numbers: {row}"),
-    }
 }
