@@ -159,6 +159,9 @@ FROM written ORDER BY id;
 ";
 
 const WRITERS: usize = 4;
+/// Each writer's document carries this many pseudo-random letters: compressed, it is still
+/// larger than a page, so every write goes through TOAST and so does the crash.
+const PAYLOAD_LETTERS: usize = 32 * 1024;
 /// Writes each writer gets acknowledged before the crash, and again after it.
 const WRITES_AROUND_CRASH: usize = 25;
 
@@ -234,7 +237,8 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
         let row = client
             .query_one(
                 "SELECT ARRAY(SELECT hash FROM automerge_changes(doc) ORDER BY hash), \
-                 automerge_heads(doc), (doc->>'count')::bigint FROM written WHERE id = $1",
+                 automerge_heads(doc), (doc->>'count')::bigint, pg_column_size(doc) \
+                 FROM written WHERE id = $1",
                 &[&id],
             )
             .await?;
@@ -251,6 +255,8 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
         let mut wanted_heads: Vec<String> = doc.get_heads().iter().map(ToString::to_string).collect();
         wanted_heads.sort();
         ensure!(heads == wanted_heads, "row {id}: heads {heads:?}, the writer has {wanted_heads:?}");
+        let stored_size: i32 = row.get(3);
+        ensure!(stored_size > 8192, "row {id} is stored in {stored_size} bytes, not out of line");
         let count: i64 = row.get(2);
         ensure!(Some(count) == counter(&doc), "row {id}: count {count}, the writer wrote {:?}", counter(&doc));
     }
@@ -267,6 +273,7 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
 /// told to stop, reconnecting whenever the server goes away. Returns its document.
 async fn write_until_stopped(conninfo: String, id: i32, progress: Arc<Progress>) -> Result<AutoCommit> {
     let mut doc = AutoCommit::new().with_actor(ActorId::from([id as u8 + 1; 16]));
+    doc.put(ROOT, "payload", payload(id as u32))?;
     let mut acknowledged_heads = Vec::new();
     let mut client: Option<tokio_postgres::Client> = None;
     let mut count: i64 = 0;
@@ -327,6 +334,20 @@ async fn write_until_stopped(conninfo: String, id: i32, progress: Arc<Progress>)
             }
         }
     }
+}
+
+/// Letters from a xorshift generator seeded by `seed`: the same on every run, and
+/// incompressible enough to stay large.
+fn payload(seed: u32) -> String {
+    let mut state = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..PAYLOAD_LETTERS)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            char::from(b'a' + (state % 26) as u8)
+        })
+        .collect()
 }
 
 /// A connection and its backend's process id.
