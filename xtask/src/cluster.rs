@@ -154,10 +154,7 @@ impl Cluster {
     /// until it is gone (its children may live on a moment).
     pub fn kill_postmaster(&self) -> Result<()> {
         let pid = self.postmaster_pid()?;
-        let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status()?;
-        if !status.success() {
-            bail!("kill -KILL {pid} failed");
-        }
+        sigkill(pid)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while self.is_running() {
             if std::time::Instant::now() > deadline {
@@ -284,6 +281,16 @@ pub fn clusters_dir(sh: &Shell) -> Result<PathBuf> {
 pub fn checkout_id() -> String {
     use sha2::{Digest, Sha256};
     hex::encode(&Sha256::digest(project_root().as_os_str().as_encoded_bytes())[..4])
+}
+
+/// Sends SIGKILL to a server process: ours, or the cluster user's when we are root.
+pub fn sigkill(pid: u32) -> Result<()> {
+    let pid = libc::pid_t::try_from(pid)?;
+    // SAFETY: kill(2) takes plain integers; a pid that is gone gives ESRCH, reported below.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        bail!("SIGKILL to process {pid}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn free_port() -> Result<u16> {

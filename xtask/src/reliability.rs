@@ -17,7 +17,7 @@ use automerge::{ActorId, AutoCommit, ReadDoc, ROOT};
 use tokio_postgres::NoTls;
 use xshell::Shell;
 
-use crate::cluster::Cluster;
+use crate::cluster::{sigkill, Cluster};
 use crate::postgres::PgMajor;
 use crate::step::note;
 use crate::test::Counts;
@@ -211,8 +211,7 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
     match crash {
         Crash::Backend => {
             let pid = progress.backend_pids.lock().unwrap()[0];
-            let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status()?;
-            ensure!(status.success(), "kill -KILL {pid} failed");
+            sigkill(pid as u32)?;
         }
         Crash::Postmaster => {
             // Writers fail until the server is back: restart it the way an init system would.
