@@ -113,7 +113,7 @@ impl Cluster {
              -c timezone=UTC",
             self.port
         );
-        let options = [options].into_iter().chain(self.settings.iter().cloned()).collect::<Vec<_>>().join(" ");
+        let options = std::iter::once(options).chain(self.settings.iter().cloned()).collect::<Vec<_>>().join(" ");
         let mut start = self.server_command("pg_ctl");
         start
             .arg("start")
@@ -182,7 +182,7 @@ impl Cluster {
             .arg("--pgdata")
             .arg(self.data_dir())
             .args(["--write-recovery-conf", "--wal-method", "stream", "--checkpoint", "fast"])
-            // The standby syncs its data directory as it starts: syncing here too only waits twice.
+            // A copy for a test standby, which need not outlive a power loss.
             .arg("--no-sync")
             .args(primary.server_args());
         run_quietly(backup, "pg_basebackup")

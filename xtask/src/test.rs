@@ -1,6 +1,7 @@
 //! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
-//! extension's #[pg_test]s and the documentation's SQL examples. Prints a summary line per
-//! major and a closing `N passed, N failed` line.
+//! extension's #[pg_test]s, the documentation's SQL examples, the cluster tests and the
+//! multi-cluster reliability step (`reliability.rs`). Prints summary lines per major and a
+//! closing `N passed, N failed` line.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
