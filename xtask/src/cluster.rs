@@ -21,6 +21,8 @@ pub struct Cluster {
     /// Holds `data/`, the server log, the socket and the port file.
     pub dir: PathBuf,
     pub port: u16,
+    /// Server settings beyond the ones every cluster gets, as `-c name=value` options.
+    settings: Vec<String>,
 }
 
 impl Cluster {
@@ -41,7 +43,13 @@ impl Cluster {
         if let Some(user) = cluster_user() {
             cmd!(sh, "chown -R {user} {dir}").quiet().run()?;
         }
-        Ok(Cluster { major, dir, port })
+        Ok(Cluster { major, dir, port, settings: Vec::new() })
+    }
+
+    /// This cluster, started with `name = value` as well (`wal_level = logical`, say).
+    pub fn with_setting(mut self, name: &str, value: &str) -> Cluster {
+        self.settings.push(format!("-c {name}={value}"));
+        self
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -105,6 +113,7 @@ impl Cluster {
              -c timezone=UTC",
             self.port
         );
+        let options = std::iter::once(options).chain(self.settings.iter().cloned()).collect::<Vec<_>>().join(" ");
         let mut start = self.server_command("pg_ctl");
         start
             .arg("start")
@@ -128,18 +137,75 @@ impl Cluster {
         run_quietly(stop, "pg_ctl stop")
     }
 
+    /// Starts the cluster after it crashed, retrying while the children of a killed
+    /// postmaster still hold the old shared memory (they exit once they notice).
+    pub fn start_after_crash(&self) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match self.start() {
+                Ok(()) => return Ok(()),
+                Err(err) if std::time::Instant::now() > deadline => return Err(err),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+            }
+        }
+    }
+
+    /// Kills the postmaster with SIGKILL, as a crash or the OOM killer would, and waits
+    /// until it is gone (its children may live on a moment).
+    pub fn kill_postmaster(&self) -> Result<()> {
+        let pid = self.postmaster_pid()?;
+        sigkill(pid)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.is_running() {
+            if std::time::Instant::now() > deadline {
+                bail!("the postmaster {pid} still runs 30s after SIGKILL");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The postmaster's process id, from the first line of `postmaster.pid`.
+    fn postmaster_pid(&self) -> Result<u32> {
+        let lock = fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .context("reading postmaster.pid: is the cluster running?")?;
+        let pid = lock.lines().next().unwrap_or_default().trim();
+        pid.parse().with_context(|| format!("postmaster.pid starts with `{pid}`"))
+    }
+
+    /// Makes this cluster a hot standby of `primary`: its data directory becomes a
+    /// `pg_basebackup` of the primary's, set up to stream from it (`-R`).
+    pub fn base_backup_of(&self, primary: &Cluster) -> Result<()> {
+        self.wipe()?;
+        let mut backup = self.server_command("pg_basebackup");
+        backup
+            .arg("--pgdata")
+            .arg(self.data_dir())
+            .args(["--write-recovery-conf", "--wal-method", "stream", "--checkpoint", "fast"])
+            // A copy for a test standby, which need not outlive a power loss.
+            .arg("--no-sync")
+            .args(primary.server_args());
+        run_quietly(backup, "pg_basebackup")
+    }
+
+    /// Runs one of the major's client programs (`pg_dump`, `pg_restore`) as the cluster
+    /// user, connected to `database`, failing with its output when it fails.
+    pub fn run_client(&self, program: &str, database: &str, args: &[&str]) -> Result<()> {
+        let mut client = self.server_command(program);
+        client.args(self.connection_args(database)).args(args);
+        run_quietly(client, program)
+    }
+
     /// The arguments that connect psql, or any libpq client, to `database`.
     pub fn connection_args(&self, database: &str) -> Vec<String> {
-        vec![
-            "-h".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            self.port.to_string(),
-            "-U".into(),
-            SUPERUSER.into(),
-            "-d".into(),
-            database.into(),
-        ]
+        let mut args = self.server_args();
+        args.extend(["-d".into(), database.into()]);
+        args
+    }
+
+    /// The host, port and user arguments, for clients (pg_basebackup) that take no database.
+    fn server_args(&self) -> Vec<String> {
+        vec!["-h".into(), "127.0.0.1".into(), "-p".into(), self.port.to_string(), "-U".into(), SUPERUSER.into()]
     }
 
     /// The libpq connection string for `database`, as drivers and psql take it.
@@ -215,6 +281,16 @@ pub fn clusters_dir(sh: &Shell) -> Result<PathBuf> {
 pub fn checkout_id() -> String {
     use sha2::{Digest, Sha256};
     hex::encode(&Sha256::digest(project_root().as_os_str().as_encoded_bytes())[..4])
+}
+
+/// Sends SIGKILL to a server process: ours, or the cluster user's when we are root.
+pub fn sigkill(pid: u32) -> Result<()> {
+    let pid = libc::pid_t::try_from(pid)?;
+    // SAFETY: kill(2) takes plain integers; a pid that is gone gives ESRCH, reported below.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        bail!("SIGKILL to process {pid}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn free_port() -> Result<u16> {

@@ -10,12 +10,14 @@ mod fixtures;
 mod flags;
 mod postgres;
 mod provenance;
+mod reliability;
 mod run;
 mod setup;
 mod step;
 mod test;
 #[cfg(test)]
 mod tidy;
+mod versions;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
-//! extension's #[pg_test]s and the documentation's SQL examples. Prints a summary line per
-//! major and a closing `N passed, N failed` line.
+//! extension's #[pg_test]s, the documentation's SQL examples, the cluster tests and the
+//! multi-cluster reliability step (`reliability.rs`). Prints summary lines per major and a
+//! closing `N passed, N failed` line.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -16,6 +17,7 @@ use crate::doc_examples;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
+use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
 use crate::step::{note, step};
@@ -67,13 +69,24 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
             &format!("{major}: documentation examples and cluster tests"),
             || cluster_checks(sh, major),
         )?;
+        let reliability = step(&format!("{major}: reliability (crashes, replication, dump, upgrades)"), || {
+            reliability::run(sh, major)
+        })?;
         summary.push(format!(
             "{major}: extension tests {extension}; documentation examples {examples}; \
              cluster tests {cluster}"
         ));
+        summary.push(format!(
+            "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
+            major.number(),
+            reliability.counts,
+            reliability.crashes_survived,
+            reliability.upgrades
+        ));
         total += extension;
         total += examples;
         total += cluster;
+        total += reliability.counts;
     }
 
     // Every bench runs once on the small fixtures: no timing is checked, only that each

@@ -131,3 +131,52 @@ fn core_crate_stays_free_of_postgres() {
     let manifest = read("extension/core/Cargo.toml");
     assert!(!manifest.contains("pgrx"), "the core crate must not depend on pgrx");
 }
+
+#[test]
+fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_version() {
+    use sha2::{Digest, Sha256};
+
+    use crate::versions::{self, numeric, RELEASES};
+    let current = versions::current().unwrap();
+    let released = versions::released();
+    let upgrades = versions::upgrades().unwrap();
+    assert!(!released.is_empty(), "versions::RELEASES names no release");
+    assert!(
+        released.windows(2).all(|pair| numeric(&pair[0]) < numeric(&pair[1])),
+        "versions::RELEASES is not oldest first: {released:?}"
+    );
+    for (version, digest) in RELEASES {
+        let script = versions::install_script(version).unwrap();
+        assert_eq!(
+            hex::encode(Sha256::digest(script.as_bytes())),
+            *digest,
+            "{} changed after its release: change the SQL in a new version instead",
+            versions::install_script_name(version)
+        );
+        assert!(numeric(version) <= numeric(&current), "released {version} is newer than the workspace's {current}");
+        assert!(
+            versions::upgrade_path(version, &current, &upgrades).is_some(),
+            "no chain of upgrade scripts from {version} to {current}: add {}",
+            versions::upgrade_script_name(version, &current)
+        );
+    }
+    for script in versions::scripts().unwrap() {
+        match script.as_slice() {
+            [version] => assert!(
+                released.contains(version),
+                "{} is not in versions::RELEASES",
+                versions::install_script_name(version)
+            ),
+            [from, to] => {
+                let name = versions::upgrade_script_name(from, to);
+                assert!(numeric(from) < numeric(to), "{name} goes backwards");
+                assert!(released.contains(from), "{name} upgrades from {from}, which is not a release");
+                assert!(
+                    released.contains(to) || *to == current,
+                    "{name} upgrades to {to}, which is neither a release nor the current version"
+                );
+            }
+            other => panic!("sql/ holds a script for versions {other:?}: name it pg_automerge--<version>.sql or pg_automerge--<from>--<to>.sql"),
+        }
+    }
+}
