@@ -180,3 +180,15 @@ fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_versio
         }
     }
 }
+
+#[test]
+fn every_published_report_says_what_produced_it() {
+    // Reports are generated, never written by hand: each names its command, machine, date
+    // and versions, as xtask's provenance writes them.
+    for report in files_below("results", ".md").into_iter().filter(|p| !p.ends_with("results/README.md")) {
+        let text = fs::read_to_string(&report).unwrap();
+        for entry in ["- command: `cargo xtask ", "- machine: ", "- date: ", "- rustc: "] {
+            assert!(text.contains(entry), "{} does not say `{entry}…`", report.display());
+        }
+    }
+}
