@@ -45,31 +45,14 @@ fn compare<I>(
     bench_group.finish();
 }
 
-fn text_kinds(fixtures: &[Fixture]) -> Vec<Fixture> {
-    fixtures
-        .iter()
-        .filter(|f| f.spec.kind != Kind::MapList && !f.spec.compacted)
-        .map(|f| Fixture {
-            spec: f.spec,
-            save: f.save.clone(),
-        })
-        .collect()
-}
-
-fn histories(fixtures: &[Fixture]) -> Vec<Fixture> {
-    fixtures
-        .iter()
-        .filter(|f| !f.spec.compacted)
-        .map(|f| Fixture {
-            spec: f.spec,
-            save: f.save.clone(),
-        })
-        .collect()
+/// The fixtures that pass `keep`.
+fn only(fixtures: &[Fixture], keep: impl Fn(&Fixture) -> bool) -> Vec<Fixture> {
+    fixtures.iter().filter(|f| keep(f)).cloned().collect()
 }
 
 fn benches(c: &mut Criterion) {
     let all = fixtures(true);
-    let histories = histories(&all);
+    let histories = only(&all, |f| !f.spec.compacted);
 
     compare(
         c,
@@ -139,7 +122,7 @@ fn benches(c: &mut Criterion) {
     compare(
         c,
         "spans",
-        &text_kinds(&all),
+        &only(&histories, |f| f.spec.kind != Kind::MapList),
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
             Box::new(

@@ -123,43 +123,93 @@ fn load_tables(session: &Session, fixtures: &[Fixture]) {
 }
 
 /// A read, for each variant that has it, recorded with its peak for ours.
-struct Read<'a> {
-    group: &'a str,
-    ours: &'a str,
-    jsonb: Option<&'a str>,
+struct Read {
+    group: &'static str,
+    ours: &'static str,
+    jsonb: Option<&'static str>,
+    /// What `$1` is.
+    param: Param,
+    /// Only on the fixtures with a `content` text.
+    texts_only: bool,
 }
 
-fn bench_read(
-    c: &mut Criterion,
-    session: &Session,
-    fixtures: &[Fixture],
-    read: Read<'_>,
-    param: impl Fn(&Fixture) -> String,
-) {
+enum Param {
+    /// The fixture's row name.
+    Name,
+    /// The fixture's title, which the containment queries look for.
+    Title,
+}
+
+const READS: [Read; 7] = [
+    Read {
+        group: "read title",
+        ours: "SELECT doc->>'title' FROM bench_docs WHERE name = $1",
+        jsonb: Some("SELECT j->>'title' FROM bench_jsonb WHERE name = $1"),
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "to jsonb",
+        ours: "SELECT doc::jsonb FROM bench_docs WHERE name = $1",
+        jsonb: Some("SELECT j FROM bench_jsonb WHERE name = $1"),
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "containment",
+        ours: "SELECT name FROM bench_docs_indexed WHERE doc::jsonb @> jsonb_build_object('title', $1::text)",
+        jsonb: Some("SELECT name FROM bench_jsonb_indexed WHERE j @> jsonb_build_object('title', $1::text)"),
+        param: Param::Title,
+        texts_only: false,
+    },
+    Read {
+        group: "heads",
+        ours: "SELECT automerge_heads(doc) FROM bench_docs WHERE name = $1",
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "history",
+        ours: "SELECT count(*) FROM bench_docs, automerge_changes(doc) WHERE name = $1",
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "spans",
+        ours: "SELECT automerge_spans(doc, '{content}') FROM bench_docs WHERE name = $1",
+        jsonb: None,
+        param: Param::Name,
+        texts_only: true,
+    },
+    Read {
+        group: "merge_agg",
+        // The heads of the merge: the merged document itself need not cross the wire.
+        ours: "SELECT automerge_heads(merge_agg(doc)) FROM bench_forks WHERE name = $1",
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+];
+
+fn bench_read(c: &mut Criterion, session: &Session, fixtures: &[Fixture], read: &Read) {
     let group_name = format!("sql/{}", read.group);
     let mut group = c.benchmark_group(&group_name);
     configure(&mut group);
-    for fixture in fixtures {
+    for fixture in fixtures.iter().filter(|f| !read.texts_only || f.spec.kind != Kind::MapList) {
         let name = fixture.name();
-        let param = param(fixture);
+        let param = match read.param {
+            Param::Name => name.clone(),
+            Param::Title => Retitler::new(&fixture.save).title(),
+        };
         let params: [&(dyn ToSql + Sync); 1] = [&param];
         record_peak_bytes(&group_name, OURS, &name, session.peak(read.ours, &params));
         let variants = [(OURS, Some(read.ours)), (JSONB, read.jsonb)];
-        for (variant, sql) in variants
-            .into_iter()
-            .filter_map(|(v, sql)| sql.map(|sql| (v, sql)))
-        {
-            let statement = session
-                .runtime
-                .block_on(session.client.prepare(sql))
-                .unwrap();
+        for (variant, sql) in variants.into_iter().filter_map(|(v, sql)| sql.map(|sql| (v, sql))) {
+            let statement = session.runtime.block_on(session.client.prepare(sql)).unwrap();
             group.bench_function(BenchmarkId::new(variant, &name), |b| {
-                b.iter(|| {
-                    session
-                        .runtime
-                        .block_on(session.client.query(&statement, &params))
-                        .unwrap()
-                })
+                b.iter(|| session.runtime.block_on(session.client.query(&statement, &params)).unwrap())
             });
         }
     }
@@ -170,94 +220,9 @@ fn benches(c: &mut Criterion) {
     let session = Session::connect();
     let fixtures = fixtures(false);
     load_tables(&session, &fixtures);
-    let by_name = |f: &Fixture| f.name();
-
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "read title",
-            ours: "SELECT doc->>'title' FROM bench_docs WHERE name = $1",
-            jsonb: Some("SELECT j->>'title' FROM bench_jsonb WHERE name = $1"),
-        },
-        by_name,
-    );
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "to jsonb",
-            ours: "SELECT doc::jsonb FROM bench_docs WHERE name = $1",
-            jsonb: Some("SELECT j FROM bench_jsonb WHERE name = $1"),
-        },
-        by_name,
-    );
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "containment",
-            ours: "SELECT name FROM bench_docs_indexed WHERE doc::jsonb @> jsonb_build_object('title', $1::text)",
-            jsonb: Some("SELECT name FROM bench_jsonb_indexed WHERE j @> jsonb_build_object('title', $1::text)"),
-        },
-        |f| Retitler::new(&f.save).title(),
-    );
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "heads",
-            ours: "SELECT automerge_heads(doc) FROM bench_docs WHERE name = $1",
-            jsonb: None,
-        },
-        by_name,
-    );
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "history",
-            ours: "SELECT count(*) FROM bench_docs, automerge_changes(doc) WHERE name = $1",
-            jsonb: None,
-        },
-        by_name,
-    );
-    let texts: Vec<Fixture> = fixtures
-        .iter()
-        .filter(|f| f.spec.kind != Kind::MapList)
-        .map(|f| Fixture {
-            spec: f.spec,
-            save: f.save.clone(),
-        })
-        .collect();
-    bench_read(
-        c,
-        &session,
-        &texts,
-        Read {
-            group: "spans",
-            ours: "SELECT automerge_spans(doc, '{content}') FROM bench_docs WHERE name = $1",
-            jsonb: None,
-        },
-        by_name,
-    );
-    bench_read(
-        c,
-        &session,
-        &fixtures,
-        Read {
-            group: "merge_agg",
-            // The heads of the merge: the merged document itself need not cross the wire.
-            ours: "SELECT automerge_heads(merge_agg(doc)) FROM bench_forks WHERE name = $1",
-            jsonb: None,
-        },
-        by_name,
-    );
+    for read in &READS {
+        bench_read(c, &session, &fixtures, read);
+    }
     writes(c, &session, &fixtures);
 }
 

@@ -37,6 +37,7 @@ pub fn quick() -> bool {
 }
 
 /// One fixture, read from (or generated into) the fixtures directory.
+#[derive(Clone)]
 pub struct Fixture {
     pub spec: Spec,
     pub save: Vec<u8>,
@@ -128,7 +129,7 @@ impl Retitler {
         self.doc
             .get(ROOT, "title")
             .unwrap()
-            .and_then(|(value, _)| value.to_str().map(str::to_string))
+            .and_then(|(value, _)| value.as_str().map(str::to_string))
             .unwrap_or_default()
     }
 }
