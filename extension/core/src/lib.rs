@@ -5,6 +5,7 @@
 pub mod document;
 mod error;
 pub mod estimate;
+mod guard;
 pub mod format;
 pub mod heads;
 pub mod history;
