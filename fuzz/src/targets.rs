@@ -189,7 +189,7 @@ fn reads(report: &mut Report, stored: &[u8]) {
     let Some(doc) = report.call("document::load_stored", || document::load_stored(stored)) else {
         return;
     };
-    report.call("json::document", || Ok(json::document(&doc, None)));
+    report.call("json::document", || json::document(&doc, None));
     let Some(changes) = report.call("history::changes", || history::changes(&doc, None)) else {
         return;
     };
@@ -204,7 +204,7 @@ fn reads(report: &mut Report, stored: &[u8]) {
         };
         report.call("history::changes", || history::changes(&doc, Some(&at)));
         report.call("history::catch_up", || history::catch_up(&doc, &at));
-        report.call("json::document", || known(&doc, &at).map(|()| json::document(&doc, Some(&at))));
+        report.call("json::document", || known(&doc, &at).and_then(|()| json::document(&doc, Some(&at))));
         for path in &texts {
             report.call("spans::spans", || spans::spans(&doc, path, Some(&at)));
         }

@@ -22,6 +22,9 @@ pub enum Verb {
     /// Build and install the extension, start a local cluster with sample documents, and
     /// print the psql line to connect.
     Run(RunFlags),
+    /// Run the mutation fuzzer over the core crate's byte inputs and write
+    /// results/fuzz-<date>.md.
+    Fuzz(FuzzFlags),
 }
 
 #[derive(Args, Debug)]
@@ -46,6 +49,16 @@ pub struct RunFlags {
     /// Stop the clusters that `cargo xtask run` started.
     #[arg(long)]
     pub stop: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FuzzFlags {
+    /// How long to fuzz: a number with s, m or h (90s, 20m, 1h).
+    #[arg(long, default_value = "20m")]
+    pub time: String,
+    /// Seed of the mutations; the same seed replays the same inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// `15`, `17`, `18` or `all`.

@@ -5,6 +5,7 @@ mod cluster;
 mod debian_source;
 mod doc_examples;
 mod flags;
+mod fuzz;
 mod postgres;
 mod run;
 mod setup;
@@ -23,6 +24,7 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Setup(flags) => setup::run(&sh, &flags).map(drop),
         flags::Verb::Test(flags) => test::run(&sh, &flags),
         flags::Verb::Run(flags) => run::run(&sh, &flags),
+        flags::Verb::Fuzz(flags) => fuzz::run(&sh, &flags),
     }
 }
 

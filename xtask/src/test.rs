@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use crate::cluster::{checkout_id, Cluster};
 use crate::doc_examples;
+use crate::fuzz;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
@@ -57,6 +58,12 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     })?;
     summary.push(format!("core crates: {core}"));
     total += core;
+
+    let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
+        fuzz::campaign(fuzz::BOUNDED_TIME, 1)
+    })?;
+    summary.push(format!("fuzz: {}", fuzzed.counts));
+    total.failed += fuzzed.counts.failures as usize;
 
     step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
 

@@ -7,11 +7,12 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use crate::datum::StoredDoc;
+use crate::errors::OrRaise;
 use crate::stored;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
-    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None))
+    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None).or_raise("automerge_to_jsonb"))
 }
 
 /// The document as it was when its heads were `heads`.
@@ -19,7 +20,7 @@ fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
 fn automerge_to_jsonb_at(doc: StoredDoc<'_>, heads: Vec<String>) -> JsonB {
     let loaded = stored::load(&doc, "automerge_to_jsonb");
     let heads = stored::known_heads(&loaded, &heads, "automerge_to_jsonb");
-    JsonB(json::document(&loaded, Some(&heads)))
+    JsonB(json::document(&loaded, Some(&heads)).or_raise("automerge_to_jsonb"))
 }
 
 extension_sql!(
