@@ -48,7 +48,7 @@ impl Cluster {
         self.dir.join("data")
     }
 
-    fn log_file(&self) -> PathBuf {
+    pub fn log_file(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 

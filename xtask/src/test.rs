@@ -80,6 +80,9 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         total += extension;
         total += examples;
         total += cluster;
+        let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
+        summary.push(format!("{major}: hostile inputs: {hostile}"));
+        total += hostile;
     }
 
     println!();
@@ -131,6 +134,8 @@ fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
         let mut snapshots = Command::new("cargo");
         snapshots
             .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--", "--nocapture"])
+            // The hostile inputs run as their own step, on a cluster of their own.
+            .args(["--skip", HOSTILE_PREFIX])
             .env(cluster_tests::PSQL_ENV, cluster.psql_path())
             .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
             .current_dir(project_root());
@@ -140,6 +145,26 @@ fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
     checks
 }
 
+/// The tests of `cluster_tests/tests/hostile_inputs.rs` are named with this prefix.
+const HOSTILE_PREFIX: &str = "hostile_";
+
+/// Sends hostile input (damaged bytes, deep nesting, inputs that describe millions of
+/// operations or inflate to gigabytes, cancels) through a fresh cluster of its own, one
+/// test at a time, the last of which reads the server log for backends that died.
+fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    let cluster: Cluster = start_with_samples(sh, major, "hostile", Fresh::Yes)?;
+    let mut tests = Command::new("cargo");
+    tests
+        .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--test", "hostile_inputs"])
+        .args(["--", "--test-threads=1", HOSTILE_PREFIX])
+        .env(cluster_tests::PSQL_ENV, cluster.psql_path())
+        .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
+        .env(cluster_tests::SERVER_LOG_ENV, cluster.log_file())
+        .current_dir(project_root());
+    let counts = counted(tests);
+    cluster.stop()?;
+    counts
+}
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test

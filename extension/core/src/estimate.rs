@@ -116,6 +116,7 @@ pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
     let mut rest = bytes;
     let mut first = true;
     while !rest.is_empty() {
+        crate::interrupts::check();
         let (chunk_type, body, after) = chunk(rest)?;
         match chunk_type {
             // Only a first document chunk is loaded as a document; a later one is rebuilt
@@ -789,6 +790,8 @@ impl Inflate<'_> {
         if self.ended {
             return false;
         }
+        // A few kilobytes of DEFLATE can take seconds to inflate.
+        crate::interrupts::check();
         loop {
             match self.decoder.read(&mut self.buf) {
                 Ok(0) => {

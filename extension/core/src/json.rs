@@ -50,6 +50,7 @@ impl Walk<'_> {
         if depth >= MAX_DEPTH {
             return Err(Error::TooDeep { limit: MAX_DEPTH });
         }
+        crate::interrupts::check();
         Ok(match object_type {
             ObjType::Map | ObjType::Table => {
                 let mut map = Map::new();

@@ -8,6 +8,7 @@ pub mod estimate;
 mod guard;
 pub mod format;
 pub mod heads;
+pub mod interrupts;
 pub mod history;
 pub mod json;
 pub mod memory;

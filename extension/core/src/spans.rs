@@ -17,7 +17,14 @@ pub fn spans(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> 
         None => doc.spans(&text),
     }
     .map_err(|err| Error::InvalidParameter(err.to_string()))?;
-    Ok(Json::Array(spans.map(span_json).collect()))
+    Ok(Json::Array(
+        spans
+            .map(|span| {
+                crate::interrupts::check();
+                span_json(span)
+            })
+            .collect(),
+    ))
 }
 
 fn span_json(span: Span) -> Json {
