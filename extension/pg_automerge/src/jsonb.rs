@@ -119,4 +119,22 @@ mod tests {
             assert_eq!(sqlstate_of(&sql), "22023", "{heads}");
         }
     }
+
+    #[pg_test]
+    fn nesting_too_deep_for_json_is_statement_too_complex() {
+        use pg_automerge_core::json::MAX_DEPTH;
+        let deep = hex_of(&fixtures::hostile::deeply_nested(MAX_DEPTH).save());
+        for sql in [
+            format!("SELECT '{deep}'::automerge::jsonb"),
+            format!("SELECT '{deep}'::automerge->'next'"),
+        ] {
+            assert_eq!(sqlstate_of(&sql), "54001", "{sql:.60}");
+        }
+        // One level less is read, and the document itself is stored either way.
+        let within = hex_of(&fixtures::hostile::deeply_nested(MAX_DEPTH - 1).save());
+        let read = Spi::get_one::<bool>(&format!("SELECT '{within}'::automerge::jsonb ? 'next'"));
+        assert_eq!(read.unwrap(), Some(true));
+        let stored = Spi::get_one::<i64>(&format!("SELECT automerge_change_count('{deep}')"));
+        assert_eq!(stored.unwrap(), Some(1));
+    }
 }
