@@ -42,6 +42,7 @@ pub fn all() -> Vec<Seed> {
     documents.push(("repeated-text".into(), fixtures::hostile::repeated_text(2000)));
     documents.push(("overlapping-marks".into(), fixtures::hostile::overlapping_marks(60, 12)));
     documents.push(("huge-change".into(), fixtures::hostile::huge_change(300)));
+    documents.push(("deep-block".into(), fixtures::hostile::deep_block(30)));
 
     let mut seeds = Vec::new();
     for (name, doc) in &documents {

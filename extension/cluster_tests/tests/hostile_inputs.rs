@@ -116,6 +116,10 @@ async fn hostile_deep_nesting_is_refused_as_json_not_a_crash() {
         let code = sqlstate(&client, sql, &[&deep]).await;
         assert_eq!(code, Some(SqlState::STATEMENT_TOO_COMPLEX), "{sql}");
     }
+    // Automerge builds a block's attributes recursively for spans.
+    let deep_block = fixtures::hostile::deep_block(10_000).save();
+    let code = sqlstate(&client, "SELECT automerge_spans($1::bytea::automerge, '{content}')", &[&deep_block]).await;
+    assert_eq!(code, Some(SqlState::STATEMENT_TOO_COMPLEX), "spans of a deeply nested block");
     still_alive(&client).await;
     let shallow = fixtures::hostile::deeply_nested(500).save();
     let json = json_of(&client, "SELECT $1::bytea::automerge::jsonb::text", &shallow).await;

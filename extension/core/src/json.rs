@@ -36,6 +36,18 @@ pub fn document(doc: &Automerge, heads: Option<&[ChangeHash]>) -> Result<Json, E
     Walk { doc, heads }.object(&ROOT, ObjType::Map, 0)
 }
 
+/// The object `object`, found `depth` levels below the root, as JSON: refused if anything
+/// in it is nested deeper than [`MAX_DEPTH`] from the root.
+pub(crate) fn object(
+    doc: &Automerge,
+    object: &ObjId,
+    object_type: ObjType,
+    heads: Option<&[ChangeHash]>,
+    depth: usize,
+) -> Result<Json, Error> {
+    Walk { doc, heads }.object(object, object_type, depth)
+}
+
 /// Reads objects as of `heads` (or now), one level at a time.
 struct Walk<'a> {
     doc: &'a Automerge,
