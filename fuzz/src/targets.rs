@@ -76,7 +76,9 @@ impl Report {
             Ok(Err(err)) => {
                 let message = err.to_string();
                 if let Some(at) = message.find(CAUGHT_PANIC) {
-                    self.caught.push(message[at..].chars().filter(|c| !c.is_ascii_digit()).collect());
+                    // One line, without the numbers that vary from input to input.
+                    let kind = message[at..].split_whitespace().collect::<Vec<_>>().join(" ");
+                    self.caught.push(kind.chars().filter(|c| !c.is_ascii_digit()).collect());
                 }
                 self.signature.push(format!("{target}: {}", without_digits(&message)));
                 None
