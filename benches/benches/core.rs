@@ -91,7 +91,7 @@ fn benches(c: &mut Criterion) {
         "to jsonb",
         &histories,
         |f| (stored(f), f.save.clone()),
-        |(stored, _)| Box::new(json::document(&load_stored(stored).unwrap(), None)),
+        |(stored, _)| Box::new(json::document(&load_stored(stored).unwrap(), None).unwrap()),
         |(_, save)| {
             let doc = Automerge::load(save).unwrap();
             Box::new(serde_json::to_value(automerge::AutoSerde::from(&doc)).unwrap())
@@ -102,7 +102,7 @@ fn benches(c: &mut Criterion) {
         "save",
         &histories,
         |f| Automerge::load(&f.save).unwrap(),
-        |doc| Box::new(to_stored(doc)),
+        |doc| Box::new(to_stored(doc).unwrap()),
         |doc| Box::new(doc.save()),
     );
     compare(

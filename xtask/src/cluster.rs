@@ -56,7 +56,7 @@ impl Cluster {
         self.dir.join("data")
     }
 
-    fn log_file(&self) -> PathBuf {
+    pub fn log_file(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 

@@ -27,6 +27,9 @@ pub enum Verb {
     /// Run the criterion benches (core level, and SQL level against a cluster it starts)
     /// and write a report with ratios to the baselines into results/bench-<date>/.
     Bench(BenchFlags),
+    /// Run the mutation fuzzer over the core crate's byte inputs and write
+    /// results/fuzz-<date>.md.
+    Fuzz(FuzzFlags),
 }
 
 #[derive(Args, Debug)]
@@ -69,6 +72,16 @@ pub struct BenchFlags {
     /// Which PostgreSQL major the SQL benches run against.
     #[arg(long, value_enum, default_value_t = PgMajor::Pg17)]
     pub pg: PgMajor,
+}
+
+#[derive(Args, Debug)]
+pub struct FuzzFlags {
+    /// How long to fuzz: a number with s, m or h (90s, 20m, 1h).
+    #[arg(long, default_value = "20m")]
+    pub time: String,
+    /// Seed of the mutations; the same seed replays the same inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// `15`, `17`, `18` or `all`.

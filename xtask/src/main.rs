@@ -8,6 +8,7 @@ mod debian_source;
 mod doc_examples;
 mod fixtures;
 mod flags;
+mod fuzz;
 mod postgres;
 mod provenance;
 mod reliability;
@@ -31,6 +32,7 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Run(flags) => run::run(&sh, &flags),
         flags::Verb::Fixtures(flags) => fixtures::run(&sh, &flags),
         flags::Verb::Bench(flags) => bench::run(&sh, &flags),
+        flags::Verb::Fuzz(flags) => fuzz::run(&sh, &flags),
     }
 }
 

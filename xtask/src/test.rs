@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use crate::cluster::{checkout_id, Cluster};
 use crate::bench;
 use crate::doc_examples;
+use crate::fuzz;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
@@ -61,6 +62,12 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     summary.push(format!("core crates: {core}"));
     total += core;
 
+    let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
+        fuzz::campaign(fuzz::BOUNDED_TIME, 1)
+    })?;
+    summary.push(format!("fuzz: {}", fuzzed.counts));
+    total.failed += fuzzed.counts.failures as usize;
+
     step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
 
     for major in flags.pg.majors() {
@@ -87,6 +94,9 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         total += examples;
         total += cluster;
         total += reliability.counts;
+        let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
+        summary.push(format!("{major}: hostile inputs: {hostile}"));
+        total += hostile;
     }
 
     // Every bench runs once on the small fixtures: no timing is checked, only that each
@@ -145,6 +155,8 @@ fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
         let mut snapshots = Command::new("cargo");
         snapshots
             .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--", "--nocapture"])
+            // The hostile inputs run as their own step, on a cluster of their own.
+            .args(["--skip", HOSTILE_PREFIX])
             .env(cluster_tests::PSQL_ENV, cluster.psql_path())
             .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
             .current_dir(project_root());
@@ -154,6 +166,26 @@ fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
     checks
 }
 
+/// The tests of `cluster_tests/tests/hostile_inputs.rs` are named with this prefix.
+const HOSTILE_PREFIX: &str = "hostile_";
+
+/// Sends hostile input (damaged bytes, deep nesting, inputs that describe millions of
+/// operations or inflate to gigabytes, cancels) through a fresh cluster of its own, one
+/// test at a time, the last of which reads the server log for backends that died.
+fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    let cluster: Cluster = start_with_samples(sh, major, "hostile", Fresh::Yes)?;
+    let mut tests = Command::new("cargo");
+    tests
+        .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--test", "hostile_inputs"])
+        .args(["--", "--test-threads=1", HOSTILE_PREFIX])
+        .env(cluster_tests::PSQL_ENV, cluster.psql_path())
+        .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
+        .env(cluster_tests::SERVER_LOG_ENV, cluster.log_file())
+        .current_dir(project_root());
+    let counts = counted(tests);
+    cluster.stop()?;
+    counts
+}
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test

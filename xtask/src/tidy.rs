@@ -183,12 +183,18 @@ fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_versio
 
 #[test]
 fn every_published_report_says_what_produced_it() {
-    // Reports are generated, never written by hand: each names its command, machine, date
-    // and versions, as xtask's provenance writes them.
+    // Reports are generated, never written by hand: each names the xtask command, the
+    // machine, the date and the toolchain that produced it.
+    let is_date = |word: &str| {
+        let digits: Vec<bool> = word.chars().take(10).map(|c| c.is_ascii_digit()).collect();
+        digits == [true, true, true, true, false, true, true, false, true, true]
+    };
     for report in files_below("results", ".md").into_iter().filter(|p| !p.ends_with("results/README.md")) {
-        let text = fs::read_to_string(&report).unwrap();
-        for entry in ["- command: `cargo xtask ", "- machine: ", "- date: ", "- rustc: "] {
+        let text = fs::read_to_string(&report).unwrap().to_lowercase();
+        for entry in ["`cargo xtask ", "machine", "rustc"] {
             assert!(text.contains(entry), "{} does not say `{entry}…`", report.display());
         }
+        let dated = text.split(|c: char| c.is_whitespace() || c == ',').any(is_date);
+        assert!(dated, "{} has no date", report.display());
     }
 }

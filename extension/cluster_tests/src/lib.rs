@@ -13,6 +13,8 @@ use tokio_postgres::{AsyncMessage, Client, Notification, NoTls};
 pub const PSQL_ENV: &str = "PG_AUTOMERGE_PSQL";
 /// A libpq connection string to the database with the samples.
 pub const CONNECTION_ENV: &str = "PG_AUTOMERGE_CONNECTION";
+/// The cluster's server log, for tests that check what the postmaster recorded.
+pub const SERVER_LOG_ENV: &str = "PG_AUTOMERGE_SERVER_LOG";
 
 fn env(name: &str) -> String {
     std::env::var(name)

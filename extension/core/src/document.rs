@@ -4,6 +4,7 @@ use automerge::{Automerge, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 
 use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, StoredValue, Summary};
+use crate::guard::no_panic;
 use crate::memory;
 use crate::Error;
 
@@ -15,12 +16,14 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
     if bytes.is_empty() {
         return Ok(Automerge::new());
     }
-    let doc = memory::timed_load(|| Automerge::load(bytes)).map_err(|err| match err {
-        automerge::AutomergeError::MissingDeps => {
-            Error::MissingDependencies(missing_dependencies(bytes))
-        }
-        other => Error::NotAutomerge(other.to_string()),
-    })?;
+    let doc = memory::timed_load(|| no_panic(|| Automerge::load(bytes)))
+        .map_err(Error::NotAutomerge)?
+        .map_err(|err| match err {
+            automerge::AutomergeError::MissingDeps => {
+                Error::MissingDependencies(missing_dependencies(bytes))
+            }
+            other => Error::NotAutomerge(other.to_string()),
+        })?;
     let missing = doc.get_missing_deps(&[]);
     if !missing.is_empty() {
         return Err(Error::MissingDependencies(missing));
@@ -32,8 +35,9 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
 /// a refusal: a load that keeps such changes queued lets us list them.
 fn missing_dependencies(bytes: &[u8]) -> Vec<ChangeHash> {
     let keep_queued = LoadOptions::new().on_partial_load(OnPartialLoad::Ignore);
-    Automerge::load_with_options(bytes, keep_queued)
-        .map(|doc| doc.get_missing_deps(&[]))
+    no_panic(|| Automerge::load_with_options(bytes, keep_queued).map(|doc| doc.get_missing_deps(&[])))
+        .ok()
+        .and_then(Result::ok)
         .unwrap_or_default()
 }
 
@@ -47,9 +51,10 @@ pub fn summarize(doc: &Automerge) -> Summary {
     Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() }
 }
 
-/// The stored form of a loaded document.
-pub fn to_stored(doc: &Automerge) -> Vec<u8> {
-    format::encode(&summarize(doc), &doc.save())
+/// The stored form of a loaded document. Automerge's save refuses (panics on) documents
+/// it considers inconsistent, such as one listing an actor that no change uses.
+pub fn to_stored(doc: &Automerge) -> Result<Vec<u8>, Error> {
+    no_panic(|| format::encode(&summarize(doc), &doc.save())).map_err(Error::NotAutomerge)
 }
 
 /// The most memory a load may be estimated to take (`pg_automerge.max_load_memory`).
@@ -73,7 +78,7 @@ impl LoadLimit {
 /// Validates client bytes, within the load limit, and returns their stored form.
 pub fn stored_from_client_bytes(bytes: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Error> {
     limit.check(&estimate::estimate_client_bytes(bytes)?)?;
-    load_client_bytes(bytes).map(|doc| to_stored(&doc))
+    to_stored(&load_client_bytes(bytes)?)
 }
 
 /// The Automerge bytes of a stored value, as clients load them: no load needed.
@@ -84,7 +89,8 @@ pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
 /// Loads the document of a stored value.
 pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
     let value = format::decode(stored)?;
-    memory::timed_load(|| Automerge::load(value.payload))
+    memory::timed_load(|| no_panic(|| Automerge::load(value.payload)))
+        .map_err(Error::CorruptStoredValue)?
         .map_err(|err| Error::CorruptStoredValue(err.to_string()))
 }
 
@@ -106,7 +112,7 @@ mod tests {
     fn empty_input_is_the_empty_document() {
         let doc = load_client_bytes(&[]).unwrap();
         assert!(doc.get_heads().is_empty());
-        let stored = to_stored(&doc);
+        let stored = to_stored(&doc).unwrap();
         let value = format::decode(&stored).unwrap();
         assert_eq!(value.summary, Summary { change_count: 0, op_count: 0, heads: vec![] });
         assert!(load_stored(&stored).unwrap().get_heads().is_empty());

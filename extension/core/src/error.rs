@@ -37,6 +37,9 @@ pub enum Error {
     )]
     LoadTooLarge { estimate: u64, limit: u64 },
 
+    #[error("the document nests objects more than {limit} levels deep")]
+    TooDeep { limit: usize },
+
     #[error("stored automerge value is corrupted: {0}")]
     CorruptStoredValue(String),
 
@@ -71,6 +74,8 @@ pub enum ErrorKind {
     WrongObjectType,
     /// A load estimated above `pg_automerge.max_load_memory` (53400).
     ConfigurationLimitExceeded,
+    /// A document nested too deeply to read as JSON (54001).
+    TooComplex,
     /// A stored value that fails its own consistency checks (XX001).
     DataCorrupted,
     /// A stored value written by a newer format than this build reads (0A000).
@@ -90,6 +95,7 @@ impl Error {
             }
             Error::NotText { .. } => ErrorKind::WrongObjectType,
             Error::LoadTooLarge { .. } => ErrorKind::ConfigurationLimitExceeded,
+            Error::TooDeep { .. } => ErrorKind::TooComplex,
             Error::CorruptStoredValue(_) => ErrorKind::DataCorrupted,
             Error::UnsupportedFormatVersion { .. } => ErrorKind::FeatureNotSupported,
         }
@@ -128,6 +134,10 @@ impl Error {
             Error::LoadTooLarge { .. } => Some(
                 "The estimate counts the document's operations and changes. A superuser can \
                  raise pg_automerge.max_load_memory, or the client can send fewer changes at once.",
+            ),
+            Error::TooDeep { .. } => Some(
+                "Read the parts you need with the jsonb operators on a path below the deep \
+                 nesting, or restructure the document.",
             ),
             Error::UnsupportedFormatVersion { .. } => {
                 Some("Install the pg_automerge version that wrote this value, or a newer one.")

@@ -116,6 +116,7 @@ pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
     let mut rest = bytes;
     let mut first = true;
     while !rest.is_empty() {
+        crate::interrupts::check();
         let (chunk_type, body, after) = chunk(rest)?;
         match chunk_type {
             // Only a first document chunk is loaded as a document; a later one is rebuilt
@@ -356,7 +357,7 @@ fn change_body<S: Rewind>(src: &mut S, counts: &mut Counts) -> Result<(), Error>
             inner: &mut *src,
             left: len,
         };
-        set.add(spec, &mut column);
+        set.add(spec, &mut column)?;
         let left = column.left;
         if src.skip(left) != left {
             return Err(truncated("operation column data"));
@@ -393,11 +394,11 @@ fn sliced_columns(specs: &[u8], data: &[u8], counts: &mut Counts) -> Result<Colu
         at = end;
         if spec & DEFLATE_BIT != 0 {
             let mut inflate = Inflate::new(column);
-            set.add(spec, &mut inflate);
+            set.add(spec, &mut inflate)?;
             inflate.skip(u64::MAX);
             counts.inflated = counts.inflated.saturating_add(inflate.produced());
         } else {
-            set.add(spec, &mut Cursor::new(column));
+            set.add(spec, &mut Cursor::new(column))?;
         }
     }
     Ok(set)
@@ -418,23 +419,28 @@ struct ColumnSet {
 }
 
 impl ColumnSet {
-    fn add(&mut self, spec: u32, data: &mut impl Bytes) {
+    fn add(&mut self, spec: u32, data: &mut impl Bytes) -> Result<(), Error> {
         let (id, col_type) = (spec >> 4, spec & 0b111);
         let rows = match col_type {
             TYPE_VALUE => 0,
             TYPE_BOOLEAN => {
-                let (rows, trues) = boolean_rows(data);
+                let (rows, trues) = boolean_rows(data)?;
                 if id == INSERT_COLUMN_ID && self.group != Some(id) {
                     self.inserts = self.inserts.max(trues);
                 }
                 rows
             }
             TYPE_STRING => {
-                let (rows, expanded) = rle_rows(data, true);
+                let (rows, expanded) = rle_rows(data, true)?;
                 self.expanded = self.expanded.saturating_add(expanded);
                 rows
             }
-            _ => rle_rows(data, false).0,
+            TYPE_GROUP => {
+                let (rows, claimed) = rle_rows(data, false)?;
+                self.inner = self.inner.max(claimed);
+                rows
+            }
+            _ => rle_rows(data, false)?.0,
         };
         if col_type == TYPE_GROUP {
             self.group = Some(id);
@@ -445,72 +451,98 @@ impl ColumnSet {
             self.group = None;
             self.outer = self.outer.max(rows);
         }
+        Ok(())
     }
 }
 
 /// Rows of a run-length encoded column: runs of a signed count `n`, then one value
 /// repeated `n` times (n > 0), `-n` literal values (n < 0), or an unsigned count of nulls
-/// (n = 0). Values are uLEB/sLEB128 numbers, or length-prefixed strings. Stops at the
-/// end of the data or at the first malformed run, counting what came before.
+/// (n = 0). Values are uLEB/sLEB128 numbers, or length-prefixed strings. A column that
+/// ends inside a run (a number cut short, a string longer than what is left) is refused:
+/// Automerge fails on it too, but only after allocating what the string claims, or, for
+/// some columns of a bundle, not at all.
 ///
-/// Also returns the bytes that runs of repeated strings expand to: a load that decodes
-/// the operations makes a string for every row (a key, a mark name, a message), so one
-/// long key repeated by a run costs its length on every row.
-fn rle_rows(data: &mut impl Bytes, strings: bool) -> (u64, u64) {
-    let (mut rows, mut expanded) = (0u64, 0u64);
-    while let Some(n) = sleb(data) {
+/// Also returns the sum of the values, each counted as often as it repeats. For strings
+/// that is the bytes that runs of repeated strings expand to: a load that decodes the
+/// operations makes a string for every row (a key, a mark name, a message), so one long
+/// key repeated by a run costs its length on every row. For the counts of a group
+/// column, it is how many entries the group's rows claim, which a load iterates over and
+/// reserves room for whatever the inner columns hold.
+fn rle_rows(data: &mut impl Bytes, strings: bool) -> Result<(u64, u64), Error> {
+    let mut data = Tracked { inner: data, took: false };
+    let (mut rows, mut sum) = (0u64, 0u64);
+    loop {
+        data.took = false;
+        let Some(n) = sleb(&mut data) else {
+            return if data.took { Err(cut_short()) } else { Ok((rows, sum)) };
+        };
         if n > 0 {
             rows = rows.saturating_add(n as u64);
-            match skip_value(data, strings) {
-                Some(len) => expanded = expanded.saturating_add(len.saturating_mul(n as u64)),
-                None => break,
-            }
+            let value = skip_value(&mut data, strings).ok_or_else(cut_short)?;
+            sum = sum.saturating_add(value.saturating_mul(n as u64));
         } else if n < 0 {
             for _ in 0..n.unsigned_abs() {
-                if skip_value(data, strings).is_none() {
-                    return (rows, expanded);
+                let value = skip_value(&mut data, strings).ok_or_else(cut_short)?;
+                // A literal string's bytes are in the input already.
+                if !strings {
+                    sum = sum.saturating_add(value);
                 }
                 rows = rows.saturating_add(1);
             }
         } else {
-            match uleb(data) {
-                Some(nulls) => rows = rows.saturating_add(nulls),
-                None => break,
-            }
+            rows = rows.saturating_add(uleb(&mut data).ok_or_else(cut_short)?);
         }
     }
-    (rows, expanded)
 }
 
 /// Rows of a boolean column, alternating unsigned counts of falses and trues, and how
-/// many are true.
-fn boolean_rows(data: &mut impl Bytes) -> (u64, u64) {
+/// many are true. A count cut short is refused, as in [`rle_rows`].
+fn boolean_rows(data: &mut impl Bytes) -> Result<(u64, u64), Error> {
+    let mut data = Tracked { inner: data, took: false };
     let (mut rows, mut trues) = (0u64, 0u64);
     let mut value = false;
-    while let Some(n) = uleb(data) {
+    loop {
+        data.took = false;
+        let Some(n) = uleb(&mut data) else {
+            return if data.took { Err(cut_short()) } else { Ok((rows, trues)) };
+        };
         rows = rows.saturating_add(n);
         if value {
             trues = trues.saturating_add(n);
         }
         value = !value;
     }
-    (rows, trues)
+}
+
+fn cut_short() -> Error {
+    not_automerge("a column ends inside a value")
 }
 
 /// Skips a value: a length-prefixed string (returning its length) or a LEB128 number
-/// (returning 0). `None` if the data ends first.
+/// (returning it, read as unsigned). `None` if the data ends first.
 fn skip_value(data: &mut impl Bytes, string: bool) -> Option<u64> {
-    if string {
-        let len = uleb(data)?;
-        (data.skip(len) == len).then_some(len)
-    } else {
-        // A LEB128 number, signed or not: bytes up to one without the continuation bit.
-        for _ in 0..10 {
-            if data.byte()? & 0x80 == 0 {
-                return Some(0);
-            }
-        }
-        None
+    let value = uleb(data)?;
+    (!string || data.skip(value) == value).then_some(value)
+}
+
+/// Reads through `inner`, noting whether a read took any byte: a number that took bytes
+/// and still failed was cut short, which is not the same as the data's end.
+struct Tracked<'a, B> {
+    inner: &'a mut B,
+    took: bool,
+}
+
+impl<B: Bytes> Bytes for Tracked<'_, B> {
+    fn byte(&mut self) -> Option<u8> {
+        let byte = self.inner.byte();
+        self.took |= byte.is_some();
+        byte
+    }
+
+    fn skip(&mut self, n: u64) -> u64 {
+        let skipped = self.inner.skip(n);
+        self.took |= skipped > 0;
+        skipped
     }
 }
 
@@ -758,6 +790,8 @@ impl Inflate<'_> {
         if self.ended {
             return false;
         }
+        // A few kilobytes of DEFLATE can take seconds to inflate.
+        crate::interrupts::check();
         loop {
             match self.decoder.read(&mut self.buf) {
                 Ok(0) => {
@@ -930,13 +964,11 @@ mod tests {
     fn run_lengths_count_without_values() {
         // A repeated run of 5, a literal run of 2, a null run of 3; strings too.
         let rle = [5, 1, 0x7e, 1, 2, 0, 3];
-        assert_eq!(rle_rows(&mut Cursor::new(&rle), false).0, 10);
+        assert_eq!(rle_rows(&mut Cursor::new(&rle), false).unwrap(), (10, 5 + 1 + 2));
         let strings = [2, 1, b'a', 0x7f, 2, b'b', b'c', 0, 4];
-        assert_eq!(rle_rows(&mut Cursor::new(&strings), true), (7, 2));
-        // Damage stops the count: a literal run of 3 with one value.
-        assert_eq!(rle_rows(&mut Cursor::new(&[0x7d, 1]), false).0, 1);
+        assert_eq!(rle_rows(&mut Cursor::new(&strings), true).unwrap(), (7, 2));
         // Alternating falses and trues.
-        assert_eq!(boolean_rows(&mut Cursor::new(&[2, 3, 0, 4])), (9, 7));
+        assert_eq!(boolean_rows(&mut Cursor::new(&[2, 3, 0, 4])).unwrap(), (9, 7));
         // A run of 2^62 in a few bytes.
         let mut big = Vec::new();
         let mut n = 1u64 << 62;
@@ -946,7 +978,40 @@ mod tests {
         }
         big.push(n as u8);
         big.push(1);
-        assert_eq!(rle_rows(&mut Cursor::new(&big), false).0, 1 << 62);
+        assert_eq!(rle_rows(&mut Cursor::new(&big), false).unwrap().0, 1 << 62);
+    }
+
+    #[test]
+    fn a_column_cut_inside_a_value_is_refused() {
+        let cut: [(&[u8], bool); 5] = [
+            // A literal run of 3 with one value.
+            (&[0x7d, 1], false),
+            // A number whose last byte is missing.
+            (&[2, 0x80], false),
+            // A null run without its count.
+            (&[0], false),
+            // A string claiming 16 MiB, with three bytes left: Automerge would allocate
+            // the 16 MiB before finding out.
+            (&[1, 0x80, 0x80, 0x80, 0x08, b'a', b'b', b'c'], true),
+            // A run length cut short.
+            (&[0x80], true),
+        ];
+        for (column, strings) in cut {
+            let result = rle_rows(&mut Cursor::new(column), strings);
+            assert!(matches!(result, Err(Error::NotAutomerge(_))), "{column:?}: {result:?}");
+        }
+        // A boolean count cut short: Automerge's bundle decoder loops on it for ever.
+        assert!(boolean_rows(&mut Cursor::new(&[1, 0xd0, 0xff])).is_err());
+    }
+
+    #[test]
+    fn a_group_column_counts_the_entries_it_claims() {
+        // Two ops, each claiming 2^20 predecessors, with no predecessor columns at all:
+        // a load iterates over (and reserves room for) every claimed entry.
+        let mut set = ColumnSet::default();
+        let group = [2, 0x80, 0x80, 0x40];
+        set.add(7 << 4 | TYPE_GROUP, &mut Cursor::new(&group)).unwrap();
+        assert_eq!((set.outer, set.inner), (2, 2 << 20));
     }
 
     #[test]

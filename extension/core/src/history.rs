@@ -26,6 +26,10 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
     Ok(doc
         .get_changes(since)
         .into_iter()
+        .map(|change| {
+            crate::interrupts::check();
+            change
+        })
         .map(|change| ChangeInfo {
             hash: change.hash().to_string(),
             actor: change.actor_id().to_hex_string(),

@@ -17,15 +17,114 @@
 //! Where concurrent writes conflict on a key, the JSON shows the value Automerge picks as
 //! the winner (the one its `get` returns), the same on every replica.
 
-use automerge::{hydrate, Automerge, ChangeHash, ScalarValue};
+use automerge::{hydrate, Automerge, ChangeHash, ObjId, ObjType, ReadDoc, ScalarValue, Value, ROOT};
 use base64::Engine;
 use serde_json::{Map, Number, Value as Json};
 
-/// The document (as of `heads`, or now) as JSON.
-pub fn document(doc: &Automerge, heads: Option<&[ChangeHash]>) -> Json {
-    value(&doc.hydrate(heads))
+use crate::Error;
+
+/// How deeply objects may nest for the JSON view. Building JSON, printing it and freeing
+/// it each recurse once per level, on the backend's stack; Automerge's own `hydrate`
+/// recurses too, without a bound, which is why the document is walked here instead. Ten
+/// thousand levels overflow an 8 MB stack; a thousand leave room to spare, and are
+/// more than any document written for people has.
+pub const MAX_DEPTH: usize = 1000;
+
+/// The document (as of `heads`, or now) as JSON. Refuses documents nested deeper than
+/// [`MAX_DEPTH`].
+pub fn document(doc: &Automerge, heads: Option<&[ChangeHash]>) -> Result<Json, Error> {
+    Walk { doc, heads }.object(&ROOT, ObjType::Map, 0)
 }
 
+/// The object `object`, found `depth` levels below the root, as JSON: refused if anything
+/// in it is nested deeper than [`MAX_DEPTH`] from the root.
+pub(crate) fn object(
+    doc: &Automerge,
+    object: &ObjId,
+    object_type: ObjType,
+    heads: Option<&[ChangeHash]>,
+    depth: usize,
+) -> Result<Json, Error> {
+    Walk { doc, heads }.object(object, object_type, depth)
+}
+
+/// Reads objects as of `heads` (or now), one level at a time.
+struct Walk<'a> {
+    doc: &'a Automerge,
+    heads: Option<&'a [ChangeHash]>,
+}
+
+impl Walk<'_> {
+    /// Recurses once per level of nesting: what the iterators need lives in the frames
+    /// of `map_items` and `list_items`, which end before the recursion, so that this frame
+    /// stays small.
+    fn object(&self, object: &ObjId, object_type: ObjType, depth: usize) -> Result<Json, Error> {
+        if depth >= MAX_DEPTH {
+            return Err(Error::TooDeep { limit: MAX_DEPTH });
+        }
+        crate::interrupts::check();
+        Ok(match object_type {
+            ObjType::Map | ObjType::Table => {
+                let mut map = Map::new();
+                for (key, value, id) in self.map_items(object) {
+                    map.insert(key, self.value(value, &id, depth)?);
+                }
+                Json::Object(map)
+            }
+            ObjType::List => {
+                let items = self.list_items(object);
+                let mut list = Vec::with_capacity(items.len());
+                for (value, id) in items {
+                    list.push(self.value(value, &id, depth)?);
+                }
+                Json::Array(list)
+            }
+            ObjType::Text => Json::String(self.text(object)?),
+        })
+    }
+
+    fn value(&self, value: Value<'_>, id: &ObjId, depth: usize) -> Result<Json, Error> {
+        match value {
+            Value::Object(object_type) => self.object(id, object_type, depth + 1),
+            Value::Scalar(scalar) => Ok(self::scalar(&scalar)),
+        }
+    }
+
+    #[inline(never)]
+    fn map_items(&self, object: &ObjId) -> Vec<(String, Value<'static>, ObjId)> {
+        let item = |item: automerge::iter::MapRangeItem<'_>| {
+            let id = item.id();
+            (item.key.into_owned(), item.value.into_value(), id)
+        };
+        match self.heads {
+            Some(heads) => self.doc.map_range_at(object, .., heads).map(item).collect(),
+            None => self.doc.map_range(object, ..).map(item).collect(),
+        }
+    }
+
+    #[inline(never)]
+    fn list_items(&self, object: &ObjId) -> Vec<(Value<'static>, ObjId)> {
+        let item = |item: automerge::iter::ListRangeItem<'_>| {
+            let id = item.id();
+            (item.value.into_value(), id)
+        };
+        match self.heads {
+            Some(heads) => self.doc.list_range_at(object, .., heads).map(item).collect(),
+            None => self.doc.list_range(object, ..).map(item).collect(),
+        }
+    }
+
+    #[inline(never)]
+    fn text(&self, object: &ObjId) -> Result<String, Error> {
+        match self.heads {
+            Some(heads) => self.doc.text_at(object, heads),
+            None => self.doc.text(object),
+        }
+        .map_err(|err| Error::InvalidParameter(err.to_string()))
+    }
+}
+
+/// A hydrated value (block attributes, as Automerge's spans give them) as JSON.
 pub fn value(value: &hydrate::Value) -> Json {
     match value {
         hydrate::Value::Scalar(scalar) => self::scalar(scalar),
@@ -91,7 +190,7 @@ mod tests {
         doc.splice_text(&text, 0, 0, "héllo").unwrap();
 
         assert_eq!(
-            document(doc.document(), None),
+            document(doc.document(), None).unwrap(),
             json!({
                 "str": "hi", "int": -3, "uint": u64::MAX, "f64": 1.5, "nan": null,
                 "counter": 15, "time": "2026-01-01T00:00:00.123Z", "bytes": "AQL/",
@@ -113,8 +212,32 @@ mod tests {
         ba.merge(&mut a.clone()).unwrap();
         let (winner, _) = automerge::ReadDoc::get(&ab, ROOT, "k").unwrap().unwrap();
         let winner = winner.into_scalar().unwrap().as_str().unwrap().to_string();
-        assert_eq!(document(ab.document(), None), json!({ "k": winner }));
-        assert_eq!(document(ab.document(), None), document(ba.document(), None));
+        assert_eq!(document(ab.document(), None).unwrap(), json!({ "k": winner }));
+        assert_eq!(document(ab.document(), None).unwrap(), document(ba.document(), None).unwrap());
+    }
+
+    #[test]
+    fn nesting_is_read_up_to_a_bound() {
+        // The root is level 0: MAX_DEPTH - 1 levels below it are read...
+        let within = fixtures::hostile::deeply_nested(MAX_DEPTH - 1);
+        let mut json = document(&within, None).unwrap();
+        let mut levels = 0;
+        while let Some(next) = json.get("next").or_else(|| json.get(0)).filter(|v| !v.is_string()) {
+            json = next.clone();
+            levels += 1;
+        }
+        assert_eq!(levels, MAX_DEPTH - 1);
+
+        // ...one more is refused. Ten times deeper overflows the stack of a recursive
+        // reader, such as Automerge's hydrate.
+        for depth in [MAX_DEPTH, MAX_DEPTH * 10] {
+            let beyond = fixtures::hostile::deeply_nested(depth);
+            let err = document(&beyond, None).unwrap_err();
+            assert!(matches!(err, Error::TooDeep { limit: MAX_DEPTH }), "{err}");
+            assert_eq!(err.kind(), crate::ErrorKind::TooComplex);
+            let heads = beyond.get_heads();
+            assert!(matches!(document(&beyond, Some(&heads)), Err(Error::TooDeep { .. })));
+        }
     }
 
     #[test]
@@ -123,7 +246,7 @@ mod tests {
         doc.put(ROOT, "v", 1_i64).unwrap();
         let first = doc.get_heads();
         doc.put(ROOT, "v", 2_i64).unwrap();
-        assert_eq!(document(doc.document(), Some(&first)), json!({ "v": 1 }));
-        assert_eq!(document(doc.document(), None), json!({ "v": 2 }));
+        assert_eq!(document(doc.document(), Some(&first)).unwrap(), json!({ "v": 1 }));
+        assert_eq!(document(doc.document(), None).unwrap(), json!({ "v": 2 }));
     }
 }

@@ -5,8 +5,10 @@
 pub mod document;
 mod error;
 pub mod estimate;
+mod guard;
 pub mod format;
 pub mod heads;
+pub mod interrupts;
 pub mod history;
 pub mod json;
 pub mod memory;

@@ -12,12 +12,20 @@ use crate::{json as to_json, Error};
 /// The spans of the text object at `path` (map keys, and list indexes as decimal strings).
 pub fn spans(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<Json, Error> {
     let text = text_object(doc, path, heads)?;
+    check_blocks(doc, &text, heads, path.len())?;
     let spans = match heads {
         Some(heads) => doc.spans_at(&text, heads),
         None => doc.spans(&text),
     }
     .map_err(|err| Error::InvalidParameter(err.to_string()))?;
-    Ok(Json::Array(spans.map(span_json).collect()))
+    Ok(Json::Array(
+        spans
+            .map(|span| {
+                crate::interrupts::check();
+                span_json(span)
+            })
+            .collect(),
+    ))
 }
 
 fn span_json(span: Span) -> Json {
@@ -35,6 +43,24 @@ fn span_json(span: Span) -> Json {
         }
         Span::Block(attributes) => json!({ "type": "block", "value": to_json::map_object(&attributes) }),
     }
+}
+
+/// Automerge builds a block's attributes recursively, and so does turning them into JSON:
+/// attributes nested deeply enough overflow the backend's stack. So the blocks of the text
+/// (found `depth` levels below the root) are walked first, within the JSON view's bound.
+fn check_blocks(doc: &Automerge, text: &ObjId, heads: Option<&[ChangeHash]>, depth: usize) -> Result<(), Error> {
+    let object = |item: automerge::iter::ListRangeItem<'_>| match item.value {
+        automerge::ValueRef::Object(object_type) => Some((item.id(), object_type)),
+        automerge::ValueRef::Scalar(_) => None,
+    };
+    let blocks: Vec<(ObjId, ObjType)> = match heads {
+        Some(heads) => doc.list_range_at(text, .., heads).filter_map(object).collect(),
+        None => doc.list_range(text, ..).filter_map(object).collect(),
+    };
+    for (block, object_type) in blocks {
+        to_json::object(doc, &block, object_type, heads, depth + 1)?;
+    }
+    Ok(())
 }
 
 /// Follows `path` from the root to an object that must be text.
@@ -128,6 +154,21 @@ mod tests {
         doc.splice_text(&text, 0, 5, "Bye").unwrap();
         let then = spans(doc.document(), &["content".into()], Some(&heads)).unwrap();
         assert_eq!(then[0], json!({"type": "text", "value": "Hello "}));
+    }
+
+    #[test]
+    fn block_attributes_nested_too_deeply_are_refused() {
+        let (mut doc, text) = rich_text();
+        let block = doc.split_block(&text, 0).unwrap();
+        let mut object = block;
+        // The text is level 1, the block level 2.
+        for _ in 0..crate::json::MAX_DEPTH - 2 {
+            object = doc.put_object(&object, "nested", ObjType::Map).unwrap();
+        }
+        let err = spans(doc.document(), &["content".into()], None).unwrap_err();
+        assert!(matches!(err, Error::TooDeep { .. }), "{err}");
+        let heads = doc.get_heads();
+        assert!(matches!(spans(doc.document(), &["content".into()], Some(&heads)), Err(Error::TooDeep { .. })));
     }
 
     #[test]

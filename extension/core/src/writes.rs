@@ -5,6 +5,7 @@ use automerge::{Automerge, AutomergeError, LoadOptions, OnPartialLoad, ReadDoc};
 
 use crate::document::{load_stored, to_stored, LoadLimit};
 use crate::estimate::{estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
+use crate::guard::no_panic;
 use crate::memory;
 use crate::{format, Error};
 
@@ -25,13 +26,15 @@ pub fn merge(left: &[u8], right: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Err
     let mut doc = load_stored(left)?;
     let mut other = load_stored(right)?;
     merge_into(&mut doc, &mut other)?;
-    Ok(to_stored(&doc))
+    to_stored(&doc)
 }
 
 /// Merges `other` into `doc`; shared by `merge` and the aggregate. What makes a merge fail
 /// is in the documents themselves, such as two clients using one actor id.
 pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
-    doc.merge(other).map_err(|err| Error::CannotMerge(err.to_string()))?;
+    no_panic(|| doc.merge(other))
+        .map_err(Error::CannotMerge)?
+        .map_err(|err| Error::CannotMerge(err.to_string()))?;
     Ok(())
 }
 
@@ -53,7 +56,7 @@ pub fn apply(stored: &[u8], changes: &[u8], limit: LoadLimit) -> Result<Vec<u8>,
     if doc.get_heads() == before {
         return Ok(stored.to_vec());
     }
-    Ok(to_stored(&doc))
+    to_stored(&doc)
 }
 
 /// What loading several inputs into one document is estimated to take.
@@ -70,13 +73,17 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
     // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
     // first: bad bytes are an error, never a silently shorter write.
     let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);
-    match memory::timed_load(|| Automerge::load_with_options(changes, strict)) {
+    let loaded = memory::timed_load(|| no_panic(|| Automerge::load_with_options(changes, strict)))
+        .map_err(Error::NotAutomerge)?;
+    match loaded {
         Ok(mut incoming) if incoming.get_missing_deps(&[]).is_empty() => {
             merge_into(doc, &mut incoming)?;
         }
         // Well-formed, but needing changes that only `doc` may have.
         Ok(_) | Err(AutomergeError::MissingDeps) => {
-            doc.load_incremental(changes).map_err(|err| Error::NotAutomerge(err.to_string()))?;
+            no_panic(|| doc.load_incremental(changes))
+                .map_err(Error::NotAutomerge)?
+                .map_err(|err| Error::NotAutomerge(err.to_string()))?;
         }
         Err(err) => return Err(Error::NotAutomerge(err.to_string())),
     }

@@ -73,7 +73,7 @@ fn stored(doc: &mut AutoCommit) -> Vec<u8> {
 /// What a stored value shows: heads and JSON.
 fn state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value) {
     let heads = format::decode(stored).unwrap().summary.heads;
-    (heads, json::document(&load_stored(stored).unwrap(), None))
+    (heads, json::document(&load_stored(stored).unwrap(), None).unwrap())
 }
 
 fn edits() -> impl Strategy<Value = Vec<Edit>> {

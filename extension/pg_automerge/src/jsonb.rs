@@ -7,11 +7,12 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use crate::datum::StoredDoc;
+use crate::errors::OrRaise;
 use crate::stored;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
-    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None))
+    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None).or_raise("automerge_to_jsonb"))
 }
 
 /// The document as it was when its heads were `heads`.
@@ -19,7 +20,7 @@ fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
 fn automerge_to_jsonb_at(doc: StoredDoc<'_>, heads: Vec<String>) -> JsonB {
     let loaded = stored::load(&doc, "automerge_to_jsonb");
     let heads = stored::known_heads(&loaded, &heads, "automerge_to_jsonb");
-    JsonB(json::document(&loaded, Some(&heads)))
+    JsonB(json::document(&loaded, Some(&heads)).or_raise("automerge_to_jsonb"))
 }
 
 extension_sql!(
@@ -117,5 +118,23 @@ mod tests {
             let sql = format!("SELECT automerge_to_jsonb('{doc}'::automerge, {heads})");
             assert_eq!(sqlstate_of(&sql), "22023", "{heads}");
         }
+    }
+
+    #[pg_test]
+    fn nesting_too_deep_for_json_is_statement_too_complex() {
+        use pg_automerge_core::json::MAX_DEPTH;
+        let deep = hex_of(&fixtures::hostile::deeply_nested(MAX_DEPTH).save());
+        for sql in [
+            format!("SELECT '{deep}'::automerge::jsonb"),
+            format!("SELECT '{deep}'::automerge->'next'"),
+        ] {
+            assert_eq!(sqlstate_of(&sql), "54001", "{sql:.60}");
+        }
+        // One level less is read, and the document itself is stored either way.
+        let within = hex_of(&fixtures::hostile::deeply_nested(MAX_DEPTH - 1).save());
+        let read = Spi::get_one::<bool>(&format!("SELECT '{within}'::automerge::jsonb ? 'next'"));
+        assert_eq!(read.unwrap(), Some(true));
+        let stored = Spi::get_one::<i64>(&format!("SELECT automerge_change_count('{deep}')"));
+        assert_eq!(stored.unwrap(), Some(1));
     }
 }

@@ -22,6 +22,9 @@ mod writes;
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     memory::init();
+    pg_automerge_core::interrupts::install(|| {
+        pgrx::check_for_interrupts!();
+    });
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -86,7 +86,8 @@ fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal 
 
 #[pg_extern(immutable, parallel_safe)]
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
-    state_doc(&mut state).map(|doc| StoredDoc::owned(document::to_stored(doc)))
+    state_doc(&mut state)
+        .map(|doc| StoredDoc::owned(document::to_stored(doc).or_raise("automerge_merge_agg")))
 }
 
 extension_sql!(

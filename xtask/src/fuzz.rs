@@ -1,0 +1,185 @@
+//! `cargo xtask fuzz --time 20m`: runs the mutation fuzzer (the `fuzz` crate) over the
+//! core crate's byte inputs and writes `results/fuzz-<date>.md` from what it reports.
+//! `cargo xtask test` runs it too, for a bounded time ([`BOUNDED_TIME`]).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use xshell::Shell;
+
+use crate::flags::FuzzFlags;
+use crate::project_root;
+use crate::provenance::Provenance;
+use crate::step::{note, step};
+
+/// How long `cargo xtask test` fuzzes: long enough to run every seed and tens of
+/// thousands of mutants, short enough for every CI run.
+pub const BOUNDED_TIME: &str = "60s";
+
+/// What a campaign reported on its last line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FuzzCounts {
+    pub executions: u64,
+    pub failures: u64,
+    pub caught: u64,
+    pub corpus: u64,
+    pub seeds: u64,
+    pub reached_load: u64,
+    pub loaded: u64,
+    pub seconds: u64,
+}
+
+impl std::fmt::Display for FuzzCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} executions, {} failures", self.executions, self.failures)
+    }
+}
+
+/// What the fuzzer printed: its counts, the panics it saw caught, its failures.
+#[derive(Debug, Default)]
+pub struct Campaign {
+    pub counts: FuzzCounts,
+    pub caught: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+pub fn run(sh: &Shell, flags: &FuzzFlags) -> Result<()> {
+    // The code that is fuzzed is what the checkout holds now, not when the run ends.
+    let command = format!("cargo xtask fuzz --time {} --seed {}", flags.time, flags.seed);
+    let provenance = Provenance::collect(sh, &command, &[])?;
+    let campaign = step(&format!("fuzz the core crate for {}", flags.time), || {
+        campaign(&flags.time, flags.seed)
+    })?;
+    let path = project_root().join(format!("results/fuzz-{}.md", provenance.date));
+    let report = report(&provenance, &campaign)?;
+    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+    note(format!("wrote {}", path.display()));
+    if campaign.counts.failures > 0 {
+        bail!("the fuzzer found {} failure(s)", campaign.counts.failures);
+    }
+    Ok(())
+}
+
+/// Builds and runs the fuzzer, passing its output through, and reads what it reports.
+pub fn campaign(time: &str, seed: u64) -> Result<Campaign> {
+    let mut fuzz = Command::new("cargo");
+    fuzz.args(["run", "--quiet", "--profile", "fuzz", "--package", "fuzz", "--"])
+        .args(["--time", time, "--seed", &seed.to_string()])
+        .current_dir(project_root())
+        .stdout(Stdio::piped());
+    let mut child = fuzz.spawn().context("starting the fuzzer")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut campaign = Campaign::default();
+    let mut last = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(caught) = line.strip_prefix("caught: ") {
+            campaign.caught.push(caught.to_string());
+        } else if let Some(failure) = line.strip_prefix("FAILURE ") {
+            campaign.failures.push(failure.to_string());
+        } else if let Some(counts) = parse_counts(&line) {
+            last = Some(counts);
+        }
+    }
+    let status = child.wait()?;
+    campaign.counts = last.with_context(|| format!("the fuzzer ({status}) printed no counts"))?;
+    if !status.success() && campaign.counts.failures == 0 {
+        bail!("the fuzzer failed ({status}) without reporting a failure");
+    }
+    Ok(campaign)
+}
+
+/// `fuzz: 120 executions, 0 failures, 3 kinds of Automerge panic caught, 40 corpus
+/// inputs, 54 seeds, 90 reached a load, 30 loaded, 60 s` → the counts; progress lines
+/// (`fuzz: ... `) and anything else → `None`.
+fn parse_counts(line: &str) -> Option<FuzzCounts> {
+    let rest = line.strip_prefix("fuzz: ")?;
+    let number_before = |words: &str| -> Option<u64> {
+        rest.split(", ").find_map(|part| part.strip_suffix(words)?.trim().parse().ok())
+    };
+    Some(FuzzCounts {
+        executions: number_before("executions")?,
+        failures: number_before("failures")?,
+        caught: number_before("kinds of Automerge panic caught")?,
+        corpus: number_before("corpus inputs")?,
+        seeds: number_before("seeds")?,
+        reached_load: number_before("reached a load")?,
+        loaded: number_before("loaded")?,
+        seconds: number_before("s")?,
+    })
+}
+
+/// The results page: what ran, where, with which versions, and what it found.
+fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
+    let counts = &campaign.counts;
+    let regressions = std::fs::read_dir(project_root().join("fuzz/regressions"))?.count();
+    let list = |items: &[String]| -> String {
+        if items.is_empty() {
+            "none\n".to_string()
+        } else {
+            items.iter().map(|item| format!("- {item}\n")).collect()
+        }
+    };
+    Ok(format!(
+        "# Fuzzing pg_automerge_core, {date}\n\n\
+         Generated by xtask; do not edit.\n\n\
+         {provenance}\
+         - targets: every byte input of the core crate (type input as text and bytes, \
+         `doc || bytea`, merge, stored values with a mismatched header, JSON, changes, \
+         catch-up bytes and spans now and as of earlier heads), under a 64 MB load limit\n\n\
+         | | |\n|---|---|\n\
+         | executions | {executions} |\n\
+         | seconds | {seconds} |\n\
+         | seeds (fixture saves, changes, bundles, regression inputs) | {seeds} |\n\
+         | corpus at the end (seeds and kept mutants) | {corpus} |\n\
+         | executions whose input reached Automerge's load | {reached} |\n\
+         | executions whose input loaded as a document | {loaded} |\n\
+         | failures (a panic escaping the core, a load over twice its estimate, an input over 5 s) | {failures} |\n\
+         | kinds of Automerge panic that the core caught and refused | {caught} |\n\
+         | committed regression inputs (`fuzz/regressions/`) | {regressions} |\n\n\
+         ## Failures\n\n{failure_list}\n\
+         ## Panics inside Automerge caught by the core\n\n\
+         Each is refused as `invalid_binary_representation` (22P03); an input of each kind \
+         is written to `target/fuzz-failures/`.\n\n{caught_list}",
+        date = provenance.date,
+        provenance = provenance.markdown(),
+        executions = counts.executions,
+        seconds = counts.seconds,
+        seeds = counts.seeds,
+        corpus = counts.corpus,
+        reached = counts.reached_load,
+        loaded = counts.loaded,
+        failures = counts.failures,
+        caught = counts.caught,
+        failure_list = list(&campaign.failures),
+        caught_list = list(&campaign.caught),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_fuzzers_last_line() {
+        let line = "fuzz: 120 executions, 2 failures, 3 kinds of Automerge panic caught, \
+                    40 corpus inputs, 54 seeds, 90 reached a load, 30 loaded, 61 s";
+        assert_eq!(
+            parse_counts(line),
+            Some(FuzzCounts {
+                executions: 120,
+                failures: 2,
+                caught: 3,
+                corpus: 40,
+                seeds: 54,
+                reached_load: 90,
+                loaded: 30,
+                seconds: 61,
+            })
+        );
+        assert_eq!(parse_counts("fuzz: ... 5 executions, 0 failures"), None);
+        assert_eq!(parse_counts("fuzz: slowest input 0.1 s"), None);
+    }
+}
