@@ -5,9 +5,11 @@ mod cluster;
 mod debian_source;
 mod doc_examples;
 mod flags;
+mod image;
 mod postgres;
 mod run;
 mod setup;
+mod soak;
 mod step;
 mod test;
 #[cfg(test)]
@@ -23,6 +25,8 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Setup(flags) => setup::run(&sh, &flags).map(drop),
         flags::Verb::Test(flags) => test::run(&sh, &flags),
         flags::Verb::Run(flags) => run::run(&sh, &flags),
+        flags::Verb::Image(flags) => image::run(&sh, &flags),
+        flags::Verb::Soak(flags) => soak::run(&sh, &flags),
     }
 }
 
