@@ -1,16 +1,20 @@
 //! The documents the soak table holds: the fixtures, most of them small and about a tenth
 //! large (the Operations page's sizes).
 
+use std::path::PathBuf;
+
 use automerge::Automerge;
+use fixtures::generated::{Kind, Scale, Spec};
 use serde::{Deserialize, Serialize};
 
 /// Which documents a run writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DocumentSet {
-    /// Only the small sample documents: for the short soak of `cargo xtask test`, which runs
-    /// a debug build of the extension.
+    /// Only documents of a few kB: for the short soak of `cargo xtask test`, which runs a
+    /// debug build of the extension.
     Small,
-    /// Small documents and, for every tenth row, a large one.
+    /// Those, and of every ten rows one medium (a tenth of the large, 58 to 317 kB) and one
+    /// large: the 1.26 MB rich text or the 1.07 MB list of 23,000 maps.
     WithLarge,
 }
 
@@ -27,10 +31,10 @@ pub struct Document {
 }
 
 impl Document {
-    fn new(name: &str, doc: &Automerge, large: bool, text_path: Option<&[&str]>) -> Document {
+    fn new(name: &str, doc: &Automerge, save: Vec<u8>, large: bool, text_path: Option<&[&str]>) -> Document {
         Document {
             name: name.to_string(),
-            save: doc.save(),
+            save,
             heads: doc.get_heads().iter().map(|h| h.to_string()).collect(),
             changes: doc.get_changes(&[]).len(),
             large,
@@ -41,39 +45,67 @@ impl Document {
 
 pub struct Catalogue {
     small: Vec<Document>,
+    medium: Vec<Document>,
     large: Vec<Document>,
 }
 
 impl Catalogue {
-    pub fn new(set: DocumentSet) -> Catalogue {
-        let samples = fixtures::samples();
-        let small = samples
+    /// Generates the fixtures it needs, or reads them from target/fixtures where an earlier
+    /// run kept them.
+    pub fn new(set: DocumentSet) -> std::io::Result<Catalogue> {
+        let mut small: Vec<Document> = fixtures::samples()
             .iter()
             .filter(|sample| sample.name != "empty")
             .map(|sample| {
                 let text = (sample.name == "meeting-notes").then_some(&["content"][..]);
-                Document::new(sample.name, &sample.doc, false, text)
+                Document::new(sample.name, &sample.doc, sample.doc.save(), false, text)
             })
             .collect();
+        let mut medium = Vec::new();
+        for kind in Kind::ALL {
+            for compacted in [false, true] {
+                small.push(generated(Spec { kind, scale: Scale::Small, compacted }, false)?);
+                if set == DocumentSet::WithLarge {
+                    medium.push(generated(Spec { kind, scale: Scale::Medium, compacted }, false)?);
+                }
+            }
+        }
         let large = match set {
             DocumentSet::Small => Vec::new(),
-            DocumentSet::WithLarge => Vec::new(),
+            DocumentSet::WithLarge => [Kind::RichText, Kind::MapList]
+                .into_iter()
+                .map(|kind| generated(Spec { kind, scale: Scale::Operations, compacted: false }, true))
+                .collect::<std::io::Result<_>>()?,
         };
-        Catalogue { small, large }
+        Ok(Catalogue { small, medium, large })
     }
 
-    /// The document row `id` is made from: every tenth row a large one, when the set has
-    /// large ones.
+    /// The document row `id` is made from: of every ten rows, one large and one medium
+    /// when the set has them, the others small.
     pub fn for_id(&self, id: i64) -> &Document {
         let id = id as usize;
         if id % 10 == 0 && !self.large.is_empty() {
             &self.large[(id / 10) % self.large.len()]
+        } else if id % 10 == 5 && !self.medium.is_empty() {
+            &self.medium[(id / 10) % self.medium.len()]
         } else {
             &self.small[id % self.small.len()]
         }
     }
 
-    pub fn all(&self) -> impl Iterator<Item = &Document> {
-        self.small.iter().chain(&self.large)
+
+    /// The first row id made from each document, among `1..=rows`.
+    pub fn one_row_each(&self, rows: i64) -> Vec<i64> {
+        let mut seen = std::collections::HashSet::new();
+        (1..=rows).filter(|&id| seen.insert(self.for_id(id).name.clone())).collect()
     }
+}
+
+fn generated(spec: Spec, large: bool) -> std::io::Result<Document> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures");
+    let bytes = fixtures::generated::cached(&dir, spec)?;
+    let doc = Automerge::load(&bytes).map_err(std::io::Error::other)?;
+    // Both text kinds keep their text under `content`.
+    let text = (spec.kind != Kind::MapList).then_some(&["content"][..]);
+    Ok(Document::new(&spec.name(), &doc, bytes, large, text))
 }

@@ -66,7 +66,7 @@ impl Outcome {
 /// Runs the soak described by `config`.
 pub async fn run(config: Config) -> Result<Outcome> {
     let started_at = chrono::Utc::now();
-    let catalogue = Arc::new(documents::Catalogue::new(config.documents));
+    let catalogue = Arc::new(documents::Catalogue::new(config.documents).context("making the fixtures")?);
     let server = container::Server::start(&container::ServerOptions {
         image: config.image.clone(),
         memory_bytes: Some(config.memory_bytes),
@@ -83,6 +83,9 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let listener = listener::Listener::start(&server).await?;
     let state = Arc::new(load::State::new(config.clone(), catalogue.clone()));
     state.seed_initial(&setup).await.context("inserting the initial documents")?;
+    let load_peaks = report::load_peaks(&setup, &catalogue.one_row_each(config.initial_documents as i64))
+        .await
+        .context("measuring each document's load")?;
 
     let begun = Instant::now();
     state.start_clock(begun);
@@ -101,7 +104,7 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let verification = verify::check(&server, &state, &listener, &final_heaps, drained).await?;
     let report = match &config.results_dir {
         Some(dir) => Some(
-            report::write(dir, &setup, &environment, &config, &state, &samples, &verification)
+            report::write(dir, &setup, &environment, &config, &state, &samples, &verification, &load_peaks)
                 .await
                 .context("writing the report")?,
         ),

@@ -406,8 +406,13 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
                 state.record(query, Some(id), started, outcome);
             }
             Query::MergeAgg => {
-                let ids: Vec<i64> =
-                    (0..3).filter_map(|_| state.row_where(&mut rng, |document| !document.large)).collect();
+                // Replicas of one document: rows made from the same fixture, each with its own
+                // writes. (Unrelated documents may reuse an actor's sequence numbers, which
+                // Automerge refuses to merge.)
+                let Some(first) = state.row_where(&mut rng, |document| !document.large) else { continue };
+                let name = state.catalogue.for_id(first).name.clone();
+                let mut ids = vec![first];
+                ids.extend((0..2).filter_map(|_| state.row_where(&mut rng, |document| document.name == name)));
                 let started = Instant::now();
                 let outcome = client.query_one(&merge, &[&ids]).await.map(drop);
                 state.record(query, None, started, outcome);

@@ -77,6 +77,30 @@ fn machine() -> Vec<(String, String)> {
     ]
 }
 
+/// One document's load, measured with the Operations page's recipe before the mix starts.
+pub struct LoadPeak {
+    name: String,
+    stored_bytes: i64,
+    peak_bytes: i64,
+    load_ms: f64,
+}
+
+/// Reads `doc->>'title'` of one row of each document, alone on the connection, and keeps the
+/// Rust heap's peak and the load time.
+pub async fn load_peaks(client: &Client, ids: &[i64]) -> Result<Vec<LoadPeak>> {
+    let mut peaks = Vec::new();
+    for id in ids {
+        client.batch_execute("SELECT automerge_memory_reset()").await?;
+        let row = client
+            .query_one(&format!("SELECT kind, pg_column_size(doc)::bigint, doc->>'title' FROM {TABLE} WHERE id = $1"), &[id])
+            .await?;
+        let usage = client.query_one("SELECT peak_allocated_bytes, load_time_ms FROM automerge_memory_usage()", &[]).await?;
+        peaks.push(LoadPeak { name: row.get(0), stored_bytes: row.get(1), peak_bytes: usage.get(0), load_ms: usage.get(1) });
+    }
+    peaks.sort_by_key(|peak| std::cmp::Reverse(peak.peak_bytes));
+    Ok(peaks)
+}
+
 /// What the rows take at the end, by document.
 struct StoredSize {
     kind: String,
@@ -110,6 +134,7 @@ pub async fn write(
     state: &State,
     samples: &[Sample],
     verification: &Verification,
+    load_peaks: &[LoadPeak],
 ) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let stored = stored_sizes(client).await?;
@@ -160,7 +185,7 @@ pub async fn write(
          latencies and rates are noisy and lower than on a dedicated server.\n",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     )?;
-    writeln!(md, "Each connection loops over a random mix: incremental writes (`doc || $1::bytea`, one new change), upserts of a replica's full save (`INSERT … ON CONFLICT (id) DO UPDATE SET doc = t.doc || excluded.doc`), `doc->>'title'`, a GIN containment query (`body @> …`, matching at most one row), `automerge_spans`, history (`automerge_heads`, `automerge_changes`, `automerge_to_jsonb(doc, heads)`) and `merge_agg` of three small rows; a quarter of the writes go to the same ten rows, so writers wait on each other there. Inserts follow a schedule that grows the table linearly. Every tenth row is a large document. The trigger `automerge_notify` sends a notification per write to a LISTEN connection.\n")?;
+    writeln!(md, "Each connection loops over a random mix: incremental writes (`doc || $1::bytea`, one new change), upserts of a replica's full save (`INSERT … ON CONFLICT (id) DO UPDATE SET doc = t.doc || excluded.doc`), `doc->>'title'`, a GIN containment query (`body @> …`, matching at most one row), `automerge_spans`, history (`automerge_heads`, `automerge_changes`, `automerge_to_jsonb(doc, heads)`) and `merge_agg` of up to three rows made from the same small document (replicas with different writes); a quarter of the writes go to the same ten rows, so writers wait on each other there. Inserts follow a schedule that grows the table linearly. Of every ten rows, one is a large document and one a medium one. The trigger `automerge_notify` sends a notification per write to a LISTEN connection.\n")?;
 
     writeln!(md, "## Invariants\n")?;
     writeln!(md, "| invariant | holds | detail |\n|---|---|---|")?;
@@ -178,7 +203,6 @@ pub async fn write(
     writeln!(md, "![container memory](memory.svg)\n")?;
     let anonymous: Vec<f64> = samples.iter().filter_map(|s| s.anonymous_bytes).map(mb).collect();
     let cache: Vec<f64> = samples.iter().filter_map(|s| s.page_cache_bytes).map(mb).collect();
-    let heap_max: Vec<f64> = samples.iter().map(|s| mb(s.heap_max_bytes as u64)).collect();
     let heap_sum: Vec<f64> = samples.iter().map(|s| mb(s.heap_sum_bytes as u64)).collect();
     let contexts: Vec<f64> = log.connection_memory.iter().map(|c| mb(c.context_bytes as u64)).collect();
     let resident: Vec<f64> = log.connection_memory.iter().map(|c| mb(c.resident_bytes as u64)).collect();
@@ -187,8 +211,7 @@ pub async fn write(
     for (name, values) in [
         ("container anonymous memory (memory.stat `total_rss`)", &anonymous),
         ("container page cache (`total_cache`, shared_buffers included)", &cache),
-        ("largest backend Rust heap at its last transaction end (automerge_memory_backends)", &heap_max),
-        ("all backends' Rust heaps at their last transaction end, summed", &heap_sum),
+        ("all backends' Rust heaps at their last transaction end, summed (automerge_memory_backends)", &heap_sum),
         ("a connection's memory contexts between statements (pg_backend_memory_contexts)", &contexts),
         ("a connection's resident size between statements", &resident),
         ("a connection's Rust heap between statements, in **bytes**", &idle_heaps),
@@ -197,6 +220,12 @@ pub async fn write(
     }
     let peak = samples.iter().map(|s| s.heap_peak_max_bytes).max().unwrap_or(0);
     writeln!(md, "\nThe largest Rust heap peak of any backend during the run: {:.0} MB.\n", mb(peak as u64))?;
+    writeln!(md, "What loading each document takes, measured before the mix on an idle connection (`automerge_memory_reset()`, `doc->>'title'`, `automerge_memory_usage()`):\n")?;
+    writeln!(md, "| document | stored kB | load peak MB | load ms |\n|---|---|---|---|")?;
+    for peak in load_peaks {
+        writeln!(md, "| {} | {:.1} | {:.1} | {:.0} |", peak.name, peak.stored_bytes as f64 / 1e3, mb(peak.peak_bytes as u64), peak.load_ms)?;
+    }
+    writeln!(md)?;
 
     writeln!(md, "## Latency and throughput\n")?;
     writeln!(md, "![latency percentiles](latency.svg)\n")?;

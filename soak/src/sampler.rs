@@ -11,6 +11,9 @@ use crate::container::Server;
 use crate::listener::Listener;
 use crate::load::{State, GIN_INDEX, TABLE};
 
+/// Every how many samples a run without a terminal prints its progress.
+const LOG_EVERY_SAMPLES: usize = 12;
+
 #[derive(Clone, Debug, Default)]
 pub struct Sample {
     /// Seconds since the load began.
@@ -65,7 +68,7 @@ pub async fn sample_until(
     loop {
         let sample = take(server, client, state, listener).await?;
         progress.set_position(begun.elapsed().as_secs().min(state.config.duration_secs));
-        progress.set_message(format!(
+        let status = format!(
             "{} documents, {} statements, {} writes, {} notifications, anonymous {} MB, {} failures",
             sample.rows,
             sample.statements,
@@ -73,7 +76,13 @@ pub async fn sample_until(
             sample.notifications,
             sample.anonymous_bytes.unwrap_or(0) >> 20,
             sample.failures
-        ));
+        );
+        // Without a terminal (a run in the background with its output in a log), the bar
+        // hides itself: print a line a minute instead.
+        if state.config.progress && progress.is_hidden() && samples.len() % LOG_EVERY_SAMPLES == 0 {
+            eprintln!("{:>5.0} s: {status}", sample.at);
+        }
+        progress.set_message(status);
         samples.push(sample);
         if Instant::now() >= deadline {
             break;

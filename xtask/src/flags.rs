@@ -82,8 +82,9 @@ pub struct SoakFlags {
     /// pg_automerge.trim_threshold for the run (`64MB`, `-1`).
     #[arg(long, default_value = "64MB")]
     pub trim_threshold: String,
-    /// pg_automerge.max_load_memory for the run (`512MB`, `-1`).
-    #[arg(long, default_value = "512MB")]
+    /// pg_automerge.max_load_memory for the run (`1GB`, `-1`): above the estimate of the
+    /// largest fixture (697 MB for the 1.26 MB rich text).
+    #[arg(long, default_value = "1GB")]
     pub max_load_memory: String,
     /// The image to build on, as for `cargo xtask image`.
     #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]

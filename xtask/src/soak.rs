@@ -68,7 +68,7 @@ fn results_name(flags: &SoakFlags) -> String {
     if flags.trim_threshold != "64MB" {
         name.push_str(&format!("-trim-{}", flags.trim_threshold.to_lowercase()));
     }
-    if flags.max_load_memory != "512MB" {
+    if flags.max_load_memory != "1GB" {
         name.push_str(&format!("-max-load-{}", flags.max_load_memory.to_lowercase()));
     }
     name
