@@ -18,7 +18,7 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
         bail!("the soak needs a Docker engine: {reason}");
     }
     let tag = image::build(sh, &flags.base, false)?;
-    remove_leftover_containers(sh)?;
+    remove_leftover_containers(sh, &tag)?;
     let results_dir = project_root().join("results").join(results_name(flags));
     let config = serde_json::json!({
         "image": tag,
@@ -95,10 +95,13 @@ fn build_info(sh: &Shell) -> Vec<(String, String)> {
     ]
 }
 
-/// Containers that testcontainers left behind (a killed run): it labels all of its own.
-pub fn remove_leftover_containers(sh: &Shell) -> Result<()> {
+/// Containers of `image` that testcontainers left behind (a killed run): it labels all of
+/// its own. Only those of this image, so that the tests never stop a soak that runs beside
+/// them.
+pub fn remove_leftover_containers(sh: &Shell, image: &str) -> Result<()> {
     let label = "label=org.testcontainers.managed-by=testcontainers";
-    let leftovers = cmd!(sh, "docker ps -aq --filter {label}").quiet().read()?;
+    let ancestor = format!("ancestor={image}");
+    let leftovers = cmd!(sh, "docker ps -aq --filter {label} --filter {ancestor}").quiet().read()?;
     let ids: Vec<&str> = leftovers.split_whitespace().collect();
     if !ids.is_empty() {
         cmd!(sh, "docker rm -f {ids...}").quiet().ignore_stdout().run()?;
