@@ -22,7 +22,13 @@ pub struct ServerOptions {
     pub memory_bytes: Option<u64>,
     /// Extra `-c name=value` server settings.
     pub settings: Vec<(String, String)>,
+    /// Names the run in the container's label [`RUN_LABEL`], by which xtask removes the
+    /// leftovers of an interrupted run of the same name and no other container.
+    pub run: String,
 }
+
+/// The label that names the run a container belongs to.
+pub const RUN_LABEL: &str = "org.pg_automerge.run";
 
 pub struct Server {
     container: ContainerAsync<GenericImage>,
@@ -41,6 +47,7 @@ impl Server {
         let container = GenericImage::new(name, tag)
             .with_exposed_port(5432.tcp())
             .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
+            .with_label(RUN_LABEL, options.run.clone())
             .with_env_var("POSTGRES_PASSWORD", PASSWORD)
             .with_env_var("POSTGRES_DB", DATABASE)
             .with_cmd(command)

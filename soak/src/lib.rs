@@ -28,6 +28,8 @@ pub use verify::Invariant;
 pub struct Config {
     /// The image tag to start (built by `cargo xtask image`).
     pub image: String,
+    /// The run's name, in its container's label (`soak-<date>…`, or a test's name).
+    pub run: String,
     pub duration_secs: u64,
     /// The container's memory limit, swap included (no swap).
     pub memory_bytes: u64,
@@ -74,6 +76,7 @@ pub async fn run(config: Config) -> Result<Outcome> {
             ("pg_automerge.trim_threshold".into(), config.trim_threshold.clone()),
             ("pg_automerge.max_load_memory".into(), config.max_load_memory.clone()),
         ],
+        run: config.run.clone(),
     })
     .await?;
     let setup = server.connect().await?;

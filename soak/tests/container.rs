@@ -10,6 +10,8 @@ use soak::container::{Server, ServerOptions};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
+/// The run label of these tests' containers, which `cargo xtask test` clears beforehand.
+const TEST_RUN: &str = "container-tests";
 const MEMORY_LIMIT: u64 = 1 << 30;
 
 fn image() -> String {
@@ -18,7 +20,12 @@ fn image() -> String {
 }
 
 async fn server() -> Server {
-    Server::start(&ServerOptions { image: image(), memory_bytes: Some(MEMORY_LIMIT), settings: Vec::new() })
+    Server::start(&ServerOptions {
+        image: image(),
+        memory_bytes: Some(MEMORY_LIMIT),
+        settings: Vec::new(),
+        run: TEST_RUN.into(),
+    })
         .await
         .expect("the image starts")
 }
@@ -114,6 +121,7 @@ async fn a_short_soak_keeps_every_invariant() {
     let results_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/soak-test");
     let outcome = soak::run(soak::Config {
         image: image(),
+        run: TEST_RUN.into(),
         duration_secs: 150,
         memory_bytes: MEMORY_LIMIT,
         connections: 8,

@@ -13,23 +13,31 @@ use crate::image;
 use crate::project_root;
 use crate::step::step;
 
+/// The full-length run, whose report is `results/soak-<date>/`.
+const FULL_LENGTH_SECS: u64 = 70 * 60;
+const INITIAL_DOCUMENTS: u64 = 200;
+
 pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
     if let Err(reason) = step("Docker engine", || image::ensure_docker(sh))? {
         bail!("the soak needs a Docker engine: {reason}");
     }
     let tag = image::build(sh, &flags.base, false)?;
-    remove_leftover_containers(sh, &tag)?;
-    let results_dir = project_root().join("results").join(results_name(flags));
+    let name = results_name(flags);
+    remove_leftover_containers(sh, &name)?;
+    let results_dir = project_root().join("results").join(&name);
+    // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
+    let growth = 2500 * flags.duration.as_secs().min(FULL_LENGTH_SECS) / FULL_LENGTH_SECS;
     let config = serde_json::json!({
         "image": tag,
+        "run": name,
         "duration_secs": flags.duration.as_secs(),
         "memory_bytes": flags.memory,
         "connections": flags.connections,
         "gin_fastupdate": flags.gin_fastupdate == OnOff::On,
         "trim_threshold": flags.trim_threshold,
         "max_load_memory": flags.max_load_memory,
-        "initial_documents": 200,
-        "final_documents": 2700,
+        "initial_documents": INITIAL_DOCUMENTS,
+        "final_documents": INITIAL_DOCUMENTS + growth,
         "documents": "WithLarge",
         "sample_interval_secs": 5,
         "results_dir": results_dir,
@@ -56,7 +64,7 @@ fn results_name(flags: &SoakFlags) -> String {
     if flags.gin_fastupdate == OnOff::Off {
         name.push_str("-gin-fastupdate-off");
     }
-    if flags.duration.as_secs() != 70 * 60 {
+    if flags.duration.as_secs() != FULL_LENGTH_SECS {
         name.push_str(&format!("-{}m", flags.duration.as_secs().div_ceil(60)));
     }
     if flags.memory != 4 << 30 {
@@ -95,13 +103,13 @@ fn build_info(sh: &Shell) -> Vec<(String, String)> {
     ]
 }
 
-/// Containers of `image` that testcontainers left behind (a killed run): it labels all of
-/// its own. Only those of this image, so that the tests never stop a soak that runs beside
-/// them.
-pub fn remove_leftover_containers(sh: &Shell, image: &str) -> Result<()> {
-    let label = "label=org.testcontainers.managed-by=testcontainers";
-    let ancestor = format!("ancestor={image}");
-    let leftovers = cmd!(sh, "docker ps -aq --filter {label} --filter {ancestor}").quiet().read()?;
+/// Containers that an interrupted run of the same name left behind (testcontainers labels
+/// all of its own; the soak crate adds the run's name), and no other: runs of other names,
+/// and the tests, may be running beside this one.
+pub fn remove_leftover_containers(sh: &Shell, run: &str) -> Result<()> {
+    let managed = "label=org.testcontainers.managed-by=testcontainers";
+    let named = format!("label=org.pg_automerge.run={run}");
+    let leftovers = cmd!(sh, "docker ps -aq --filter {managed} --filter {named}").quiet().read()?;
     let ids: Vec<&str> = leftovers.split_whitespace().collect();
     if !ids.is_empty() {
         cmd!(sh, "docker rm -f {ids...}").quiet().ignore_stdout().run()?;

@@ -155,7 +155,7 @@ fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
         return Ok(Err(reason));
     }
     let tag = image::build(sh, image::DEBOOTSTRAP_BASE, true)?;
-    remove_leftover_containers(sh, &tag)?;
+    remove_leftover_containers(sh, "container-tests")?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
