@@ -23,7 +23,7 @@ const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 /// How many point releases below the newest listed one the fallback tries.
 const FALLBACK_POINT_RELEASES: u32 = 6;
 
-fn mirror() -> String {
+pub fn mirror() -> String {
     std::env::var("PG_AUTOMERGE_DEBIAN_MIRROR").unwrap_or_else(|_| DEFAULT_MIRROR.to_string())
 }
 

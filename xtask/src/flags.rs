@@ -30,6 +30,11 @@ pub enum Verb {
     /// Run the mutation fuzzer over the core crate's byte inputs and write
     /// results/fuzz-<date>.md.
     Fuzz(FuzzFlags),
+    /// Build the Docker image (docker/Dockerfile) with the extension, on a public PostgreSQL
+    /// image or on a Debian base made here with debootstrap.
+    Image(ImageFlags),
+    /// Run the long mixed load against the Docker image and write a report under results/.
+    Soak(SoakFlags),
 }
 
 #[derive(Args, Debug)]
@@ -84,6 +89,78 @@ pub struct FuzzFlags {
     pub seed: u64,
 }
 
+#[derive(Args, Debug)]
+pub struct ImageFlags {
+    /// The image to build on: `debootstrap` (a Debian base made here, no registry needed) or
+    /// a Debian-layout PostgreSQL 17 image such as the official `postgres:17`.
+    #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]
+    pub base: String,
+    /// Package the extension in the debug profile (what `cargo xtask test` uses) instead of
+    /// release.
+    #[arg(long)]
+    pub debug: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SoakFlags {
+    /// How long the load runs: `70m`, `90s`, `1h`.
+    #[arg(long, default_value = "70m", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// The container's memory limit (no swap): `4g`, `512m`.
+    #[arg(long, default_value = "4g", value_parser = parse_bytes)]
+    pub memory: u64,
+    /// How many long-lived connections run the mix.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// fastupdate of the GIN index on the documents' jsonb.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub gin_fastupdate: OnOff,
+    /// pg_automerge.trim_threshold for the run (`64MB`, `-1`).
+    #[arg(long, default_value = "64MB")]
+    pub trim_threshold: String,
+    /// pg_automerge.max_load_memory for the run (`1GB`, `-1`): above the estimate of the
+    /// largest fixture (697 MB for the 1.26 MB rich text).
+    #[arg(long, default_value = "1GB")]
+    pub max_load_memory: String,
+    /// The image to build on, as for `cargo xtask image`.
+    #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]
+    pub base: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `70m`, `90s`, `2h`, or a number of seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration such as 70m or 90s"))?;
+    let seconds = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("`{text}`: use s, m or h")),
+    };
+    Ok(std::time::Duration::from_secs(number * seconds))
+}
+
+/// `4g`, `512m`, `4096k`, or a number of bytes.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let lower = text.to_ascii_lowercase();
+    let (number, unit) = lower.split_at(lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len()));
+    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 4g or 512m"))?;
+    let unit = match unit.trim_end_matches('b') {
+        "" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        _ => return Err(format!("`{text}`: use k, m or g")),
+    };
+    Ok(number * unit)
+}
+
 /// `15`, `17`, `18` or `all`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgChoice(Option<PgMajor>);
@@ -134,5 +211,17 @@ mod tests {
         assert_eq!("17".parse::<PgChoice>().unwrap().majors(), vec![PgMajor::Pg17]);
         assert!("16".parse::<PgChoice>().is_err());
         assert_eq!(PgChoice::ALL.to_string(), "all");
+    }
+
+    #[test]
+    fn durations_and_sizes_parse() {
+        assert_eq!(parse_duration("70m"), Ok(std::time::Duration::from_secs(4200)));
+        assert_eq!(parse_duration("90s"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(std::time::Duration::from_secs(7200)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_bytes("4g"), Ok(4 << 30));
+        assert_eq!(parse_bytes("512MB"), Ok(512 << 20));
+        assert!(parse_bytes("lots").is_err());
     }
 }

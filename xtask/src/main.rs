@@ -9,11 +9,13 @@ mod doc_examples;
 mod fixtures;
 mod flags;
 mod fuzz;
+mod image;
 mod postgres;
 mod provenance;
 mod reliability;
 mod run;
 mod setup;
+mod soak;
 mod step;
 mod test;
 #[cfg(test)]
@@ -33,6 +35,8 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Fixtures(flags) => fixtures::run(&sh, &flags),
         flags::Verb::Bench(flags) => bench::run(&sh, &flags),
         flags::Verb::Fuzz(flags) => fuzz::run(&sh, &flags),
+        flags::Verb::Image(flags) => image::run(&sh, &flags),
+        flags::Verb::Soak(flags) => soak::run(&sh, &flags),
     }
 }
 

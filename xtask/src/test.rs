@@ -15,12 +15,14 @@ use crate::cluster::{checkout_id, Cluster};
 use crate::bench;
 use crate::doc_examples;
 use crate::fuzz;
+use crate::image;
 use crate::flags::{SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
+use crate::soak::remove_leftover_containers;
 use crate::step::{note, step};
 
 /// How many tests passed and failed.
@@ -50,10 +52,11 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
 
     let core = step("core crates: unit tests and properties", || {
         let mut cargo = Command::new("cargo");
-        // The extension's tests need a backend and the snapshots a cluster: both run per major.
+        // The extension's tests need a backend and the snapshots a cluster: both run per major;
+        // the soak crate's tests need the Docker image: they run in the Docker step.
         cargo
             .args(["test", "--no-fail-fast", "--workspace"])
-            .args(["--exclude", "pg_automerge", "--exclude", "cluster_tests"])
+            .args(["--exclude", "pg_automerge", "--exclude", "cluster_tests", "--exclude", "soak"])
             // The load-estimate test prints its estimate/peak table.
             .args(["--", "--nocapture"])
             .current_dir(project_root());
@@ -105,6 +108,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     let benches = step("benchmarks, quick (a smoke check)", || bench::measure_and_report(sh, major, true))?;
     summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
     total += Counts { passed: benches, failed: 0 };
+    let docker = step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
+    summary.push(match docker {
+        Ok(counts) => {
+            total += counts;
+            format!("Docker: container tests and short soak {counts}")
+        }
+        Err(reason) => format!("Docker: SKIPPED, no Docker engine can run here ({reason})"),
+    });
 
     println!();
     for line in &summary {
@@ -185,6 +196,24 @@ fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
     let counts = counted(tests);
     cluster.stop()?;
     counts
+}
+
+/// Builds the image with a debug build of the extension (no release build in the tests)
+/// and runs the soak crate's tests against it: the container tests and a 2.5-minute soak.
+/// `Ok(Err(reason))` where no Docker engine can run.
+fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
+    if let Err(reason) = image::ensure_docker(sh)? {
+        note(format!("skipping the container tests: {reason}"));
+        return Ok(Err(reason));
+    }
+    let tag = image::build(sh, image::DEBOOTSTRAP_BASE, true)?;
+    remove_leftover_containers(sh, "container-tests")?;
+    let mut tests = Command::new("cargo");
+    tests
+        .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
+        .env("PG_AUTOMERGE_IMAGE", &tag)
+        .current_dir(project_root());
+    Ok(Ok(counted(tests)?))
 }
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the

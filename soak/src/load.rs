@@ -1,0 +1,425 @@
+//! The mixed load: each connection runs writes and reads picked at random, and the table
+//! grows on a schedule. Everything that succeeded or failed is logged for the sampler,
+//! the checks and the report.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use anyhow::Result;
+use automerge::transaction::{CommitOptions, Transactable};
+use automerge::{ActorId, AutoCommit, ROOT};
+use tokio_postgres::Client;
+
+use crate::documents::Catalogue;
+use crate::Config;
+
+pub const TABLE: &str = "soak_documents";
+pub const CHANNEL: &str = "soak_documents_changed";
+pub const GIN_INDEX: &str = "soak_documents_body";
+/// Rows that several connections write at once, to have concurrent writers on the same
+/// rows (one of them a large document when the set has large ones).
+const HOT_ROWS: i64 = 10;
+/// How often each connection measures its own backend between statements.
+const CONNECTION_MEMORY_EVERY_SECS: f64 = 10.0;
+
+/// The kinds of statement the mix runs; each is timed on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Query {
+    /// A new row: the upsert of a fixture's full save.
+    Insert,
+    /// `doc || '\x…'::bytea`: one new change.
+    Incremental,
+    /// `INSERT … ON CONFLICT DO UPDATE SET doc = t.doc || excluded.doc` of a replica's full save.
+    Upsert,
+    /// `doc->>'title'`.
+    Title,
+    /// `body @> …` through the GIN index.
+    Containment,
+    Spans,
+    /// `automerge_heads`, `automerge_changes` and `automerge_to_jsonb(doc, heads)`.
+    History,
+    MergeAgg,
+}
+
+impl Query {
+    pub const ALL: [Query; 8] = [
+        Query::Insert,
+        Query::Incremental,
+        Query::Upsert,
+        Query::Title,
+        Query::Containment,
+        Query::Spans,
+        Query::History,
+        Query::MergeAgg,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Query::Insert => "insert",
+            Query::Incremental => "incremental write",
+            Query::Upsert => "upsert of a full save",
+            Query::Title => "doc->>'title'",
+            Query::Containment => "GIN containment",
+            Query::Spans => "automerge_spans",
+            Query::History => "history",
+            Query::MergeAgg => "merge_agg",
+        }
+    }
+
+    pub fn is_write(self) -> bool {
+        matches!(self, Query::Insert | Query::Incremental | Query::Upsert)
+    }
+}
+
+/// How often each kind is picked, out of the sum (inserts follow the growth schedule).
+const MIX: [(Query, u32); 7] = [
+    (Query::Incremental, 30),
+    (Query::Upsert, 10),
+    (Query::Title, 20),
+    (Query::Containment, 10),
+    (Query::Spans, 5),
+    (Query::History, 10),
+    (Query::MergeAgg, 10),
+];
+
+/// A statement that ran: when (seconds since the load began), how long, on what.
+#[derive(Clone, Copy)]
+pub struct Timing {
+    pub query: Query,
+    pub large: bool,
+    pub at: f64,
+    pub millis: f64,
+}
+
+/// A committed write and the changes it put in the row.
+pub struct Write {
+    pub id: i64,
+    pub query: Query,
+    pub hashes: Vec<String>,
+}
+
+pub struct Failure {
+    pub query: Query,
+    pub at: f64,
+    pub message: String,
+}
+
+/// One connection's backend, measured between statements.
+pub struct ConnectionMemory {
+    pub worker: usize,
+    pub at: f64,
+    pub heap_bytes: i64,
+    pub resident_bytes: i64,
+    pub context_bytes: i64,
+}
+
+#[derive(Default)]
+pub struct Log {
+    pub timings: Vec<Timing>,
+    pub writes: Vec<Write>,
+    pub failures: Vec<Failure>,
+    pub connection_memory: Vec<ConnectionMemory>,
+}
+
+pub struct State {
+    pub config: Config,
+    pub catalogue: Arc<Catalogue>,
+    /// The next id to insert.
+    next_id: AtomicI64,
+    /// Ids whose insert committed, for picking rows to read and write.
+    rows: RwLock<Vec<i64>>,
+    /// Each connection's count of writes, the value it puts under its key `soak_w<N>`.
+    write_counts: Vec<AtomicU64>,
+    begun: Mutex<Option<Instant>>,
+    pub log: Mutex<Log>,
+}
+
+impl State {
+    pub fn new(config: Config, catalogue: Arc<Catalogue>) -> State {
+        let write_counts = (0..config.connections).map(|_| AtomicU64::new(0)).collect();
+        State {
+            config,
+            catalogue,
+            next_id: AtomicI64::new(1),
+            rows: RwLock::new(Vec::new()),
+            write_counts,
+            begun: Mutex::new(None),
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    /// Inserts the first rows, before the clock starts.
+    pub async fn seed_initial(&self, client: &Client) -> Result<()> {
+        let statement = client.prepare(&insert_sql()).await?;
+        for _ in 0..self.config.initial_documents {
+            let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+            let document = self.catalogue.for_id(id);
+            client.execute(&statement, &[&id, &document.name, &document.save]).await?;
+            self.committed_insert(id);
+        }
+        Ok(())
+    }
+
+    fn committed_insert(&self, id: i64) {
+        self.rows.write().unwrap().push(id);
+        let hashes = self.catalogue.for_id(id).heads.clone();
+        self.log.lock().unwrap().writes.push(Write { id, query: Query::Insert, hashes });
+    }
+
+    /// Starts the clock of [`State::seconds`], when the load begins.
+    pub fn start_clock(&self, begun: Instant) {
+        *self.begun.lock().unwrap() = Some(begun);
+    }
+
+    /// Seconds since the load began.
+    pub fn seconds(&self) -> f64 {
+        self.begun.lock().unwrap().map_or(0.0, |begun| begun.elapsed().as_secs_f64())
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.rows.read().unwrap().len()
+    }
+
+    pub fn successful_writes(&self) -> usize {
+        self.log.lock().unwrap().writes.len()
+    }
+
+    /// Claims the next id when the table is behind its growth schedule.
+    fn claim_insert(&self) -> Option<i64> {
+        let progress = (self.seconds() / self.config.duration_secs as f64).min(1.0);
+        let growth = (self.config.final_documents - self.config.initial_documents) as f64;
+        let target = (self.config.initial_documents as f64 + growth * progress).floor() as i64;
+        let next = self.next_id.load(Ordering::SeqCst);
+        if next - 1 >= target {
+            return None;
+        }
+        self.next_id.compare_exchange(next, next + 1, Ordering::SeqCst, Ordering::SeqCst).ok()
+    }
+
+    fn random_row(&self, rng: &mut fastrand::Rng) -> i64 {
+        let rows = self.rows.read().unwrap();
+        rows[rng.usize(..rows.len())]
+    }
+
+    /// A row to write: one of the hot rows a quarter of the time.
+    fn row_to_write(&self, rng: &mut fastrand::Rng) -> i64 {
+        if rng.u32(..4) == 0 {
+            rng.i64(1..=HOT_ROWS.min(self.config.initial_documents as i64))
+        } else {
+            self.random_row(rng)
+        }
+    }
+
+    /// A random row whose document matches `wanted`, or none after a few tries.
+    fn row_where(&self, rng: &mut fastrand::Rng, wanted: impl Fn(&crate::documents::Document) -> bool) -> Option<i64> {
+        (0..32).map(|_| self.random_row(rng)).find(|&id| wanted(self.catalogue.for_id(id)))
+    }
+
+    fn record(&self, query: Query, id: Option<i64>, started: Instant, outcome: Result<(), tokio_postgres::Error>) -> bool {
+        let millis = started.elapsed().as_secs_f64() * 1000.0;
+        let at = self.seconds();
+        let large = id.is_some_and(|id| self.catalogue.for_id(id).large);
+        let mut log = self.log.lock().unwrap();
+        log.timings.push(Timing { query, large, at, millis });
+        match outcome {
+            Ok(()) => true,
+            Err(error) => {
+                let message = match error.as_db_error() {
+                    Some(db) => format!("{} ({}): {}", db.severity(), db.code().code(), db.message()),
+                    None => error.to_string(),
+                };
+                log.failures.push(Failure { query, at, message });
+                false
+            }
+        }
+    }
+}
+
+pub fn insert_sql() -> String {
+    format!(
+        "INSERT INTO {TABLE} (id, kind, doc) VALUES ($1, $2, $3::bytea::automerge) \
+         ON CONFLICT (id) DO UPDATE SET doc = {TABLE}.doc || excluded.doc"
+    )
+}
+
+/// The table, its GIN index, the notification trigger, and pgstattuple for the index's
+/// pending list.
+pub async fn create_schema(client: &Client, config: &Config) -> Result<()> {
+    let fastupdate = if config.gin_fastupdate { "on" } else { "off" };
+    client
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_automerge;
+             CREATE EXTENSION pgstattuple;
+             CREATE TABLE {TABLE} (
+                 id bigint PRIMARY KEY,
+                 kind text NOT NULL,
+                 doc automerge NOT NULL,
+                 body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED
+             );
+             CREATE INDEX {GIN_INDEX} ON {TABLE} USING gin (body) WITH (fastupdate = {fastupdate});
+             CREATE TRIGGER {TABLE}_notify AFTER INSERT OR UPDATE OR DELETE ON {TABLE}
+                 FOR EACH ROW EXECUTE FUNCTION automerge_notify('{CHANNEL}', 'doc', 'id');"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// This connection's replica of a row: only the changes it made itself, under an actor of
+/// its own, so that each write brings exactly one new change.
+struct Replica {
+    doc: AutoCommit,
+}
+
+fn actor(worker: usize, id: i64, generation: u32) -> ActorId {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&(worker as u32).to_be_bytes());
+    bytes.extend_from_slice(&id.to_be_bytes());
+    bytes.extend_from_slice(&generation.to_be_bytes());
+    ActorId::from(bytes)
+}
+
+/// Runs the mix on one connection until `deadline`; returns the backend's Rust heap
+/// between statements at the end.
+pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: Instant) -> Result<i64> {
+    let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
+    let mut replicas: HashMap<i64, Replica> = HashMap::new();
+    // A failed write leaves a change the row lacks: the next replica of that row starts a
+    // new actor rather than depend on it.
+    let mut generations: HashMap<i64, u32> = HashMap::new();
+    let insert = client.prepare(&insert_sql()).await?;
+    let incremental = client.prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2")).await?;
+    let title = client.prepare(&format!("SELECT doc->>'title' FROM {TABLE} WHERE id = $1")).await?;
+    let containment = client.prepare(&format!("SELECT count(*) FROM {TABLE} WHERE body @> $1::text::jsonb")).await?;
+    let spans = client
+        .prepare(&format!("SELECT jsonb_array_length(automerge_spans(doc, $2::text[])) FROM {TABLE} WHERE id = $1"))
+        .await?;
+    let history = client
+        .prepare(&format!(
+            "SELECT cardinality(automerge_heads(d.doc)), c.changes,
+                    automerge_to_jsonb(d.doc, c.first) IS NOT NULL
+             FROM {TABLE} d, LATERAL (
+                 SELECT count(*) AS changes, (array_agg(hash))[1:1] AS first FROM automerge_changes(d.doc)
+             ) c
+             WHERE d.id = $1"
+        ))
+        .await?;
+    let merge = client
+        .prepare(&format!("SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"))
+        .await?;
+    let memory = client
+        .prepare(
+            "SELECT u.allocated_bytes::bigint, u.resident_bytes::bigint,
+                    (SELECT sum(total_bytes) FROM pg_backend_memory_contexts)::bigint
+             FROM automerge_memory_usage() u",
+        )
+        .await?;
+    let total_weight: u32 = MIX.iter().map(|(_, weight)| weight).sum();
+    let mut next_memory_sample = 0.0;
+
+    while Instant::now() < deadline {
+        if state.seconds() >= next_memory_sample {
+            let row = client.query_one(&memory, &[]).await?;
+            state.log.lock().unwrap().connection_memory.push(ConnectionMemory {
+                worker,
+                at: state.seconds(),
+                heap_bytes: row.get(0),
+                resident_bytes: row.get(1),
+                context_bytes: row.get(2),
+            });
+            next_memory_sample = state.seconds() + CONNECTION_MEMORY_EVERY_SECS;
+        }
+        if let Some(id) = state.claim_insert() {
+            let document = state.catalogue.for_id(id);
+            let started = Instant::now();
+            let outcome = client.execute(&insert, &[&id, &document.name, &document.save]).await.map(drop);
+            if state.record(Query::Insert, Some(id), started, outcome) {
+                state.committed_insert(id);
+            }
+            continue;
+        }
+        let mut pick = rng.u32(..total_weight);
+        let query = MIX.iter().find(|(_, weight)| {
+            let found = pick < *weight;
+            pick = pick.saturating_sub(*weight);
+            found
+        });
+        let query = query.expect("the pick is below the total weight").0;
+        match query {
+            Query::Incremental | Query::Upsert => {
+                let id = state.row_to_write(&mut rng);
+                let generation = *generations.entry(id).or_insert(0);
+                let replica = replicas
+                    .entry(id)
+                    .or_insert_with(|| Replica { doc: AutoCommit::new().with_actor(actor(worker, id, generation)) });
+                let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
+                replica.doc.put(ROOT, format!("soak_w{worker}"), count as i64)?;
+                let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
+                replica.doc.put(ROOT, format!("soak_note_w{worker}"), note)?;
+                let now_ms = chrono::Utc::now().timestamp_millis();
+                replica.doc.commit_with(CommitOptions::default().with_time(now_ms));
+                let change = replica.doc.get_last_local_change().expect("a change was just committed");
+                let hash = change.hash().to_string();
+                let started = Instant::now();
+                let outcome = if query == Query::Incremental {
+                    client.execute(&incremental, &[&change.raw_bytes(), &id]).await
+                } else {
+                    let save = replica.doc.save();
+                    client.execute(&insert, &[&id, &state.catalogue.for_id(id).name, &save]).await
+                };
+                let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
+                if state.record(query, Some(id), started, outcome.map(drop)) {
+                    if updated {
+                        state.log.lock().unwrap().writes.push(Write { id, query, hashes: vec![hash] });
+                    }
+                } else {
+                    replicas.remove(&id);
+                    *generations.entry(id).or_insert(0) += 1;
+                }
+            }
+            Query::Title => {
+                let id = state.random_row(&mut rng);
+                let started = Instant::now();
+                let outcome = client.query_one(&title, &[&id]).await.map(drop);
+                state.record(query, Some(id), started, outcome);
+            }
+            Query::Containment => {
+                let other = rng.usize(..state.config.connections);
+                let written = state.write_counts[other].load(Ordering::SeqCst).max(1);
+                let pattern = format!(r#"{{"soak_w{other}": {}}}"#, rng.u64(1..=written));
+                let started = Instant::now();
+                let outcome = client.query_one(&containment, &[&pattern]).await.map(drop);
+                state.record(query, None, started, outcome);
+            }
+            Query::Spans => {
+                let Some(id) = state.row_where(&mut rng, |document| document.text_path.is_some()) else { continue };
+                let path = state.catalogue.for_id(id).text_path.clone();
+                let started = Instant::now();
+                let outcome = client.query_one(&spans, &[&id, &path]).await.map(drop);
+                state.record(query, Some(id), started, outcome);
+            }
+            Query::History => {
+                let id = state.random_row(&mut rng);
+                let started = Instant::now();
+                let outcome = client.query_one(&history, &[&id]).await.map(drop);
+                state.record(query, Some(id), started, outcome);
+            }
+            Query::MergeAgg => {
+                // Replicas of one document: rows made from the same fixture, each with its own
+                // writes. (Unrelated documents may reuse an actor's sequence numbers, which
+                // Automerge refuses to merge.)
+                let Some(first) = state.row_where(&mut rng, |document| !document.large) else { continue };
+                let name = state.catalogue.for_id(first).name.clone();
+                let mut ids = vec![first];
+                ids.extend((0..2).filter_map(|_| state.row_where(&mut rng, |document| document.name == name)));
+                let started = Instant::now();
+                let outcome = client.query_one(&merge, &[&ids]).await.map(drop);
+                state.record(query, None, started, outcome);
+            }
+            Query::Insert => unreachable!("inserts follow the growth schedule, not the mix"),
+        }
+    }
+    let row = client.query_one(&memory, &[]).await?;
+    Ok(row.get(0))
+}

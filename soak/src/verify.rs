@@ -1,0 +1,231 @@
+//! The checks at the end of a run: every write is in its row exactly once, every row
+//! holds only what was written, one notification per write, no failure, and every
+//! backend's Rust heap back to almost nothing between statements.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::container::Server;
+use crate::listener::Listener;
+use crate::load::{Query, State, TABLE};
+
+/// What a backend's Rust heap may hold between statements once the load stopped.
+pub const IDLE_HEAP_LIMIT: i64 = 64 * 1024;
+/// Connections that read the rows' changes at the end.
+const CHECKING_CONNECTIONS: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct Invariant {
+    pub name: &'static str,
+    pub holds: bool,
+    pub detail: String,
+}
+
+pub struct Verification {
+    pub invariants: Vec<Invariant>,
+    pub notification_wait: Duration,
+    pub check_duration: Duration,
+}
+
+pub async fn check(
+    server: &Server,
+    state: &Arc<State>,
+    listener: &Listener,
+    final_heaps: &[i64],
+    notification_wait: Duration,
+) -> Result<Verification> {
+    let started = Instant::now();
+    let mut invariants = Vec::new();
+    let log = state.log.lock().unwrap();
+    let mut written: BTreeMap<i64, Vec<&crate::load::Write>> = BTreeMap::new();
+    for write in &log.writes {
+        written.entry(write.id).or_default().push(write);
+    }
+
+    let unreadable = listener.unreadable();
+    invariants.push(Invariant {
+        name: "no error",
+        holds: log.failures.is_empty() && unreadable.is_empty(),
+        detail: if log.failures.is_empty() && unreadable.is_empty() {
+            format!("{} statements, none failed; every notification was the documented JSON", log.timings.len())
+        } else {
+            let mut shown: Vec<String> =
+                log.failures.iter().take(5).map(|f| format!("{} at {:.0} s: {}", f.query.name(), f.at, f.message)).collect();
+            shown.extend(unreadable.iter().take(3).cloned());
+            format!("{} failed statements, {} unreadable notifications; first: {}", log.failures.len(), unreadable.len(), shown.join("; "))
+        },
+    });
+
+    // The header-only functions give every row's change count at no load cost.
+    let client = server.connect().await?;
+    let rows = client.query(&format!("SELECT id, automerge_change_count(doc) FROM {TABLE} ORDER BY id"), &[]).await?;
+    let counts: BTreeMap<i64, i64> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+    let inserted: Vec<i64> = written.iter().filter(|(_, w)| w.iter().any(|w| w.query == Query::Insert)).map(|(id, _)| *id).collect();
+    let rows_match = counts.keys().copied().eq(inserted.iter().copied());
+    invariants.push(Invariant {
+        name: "every inserted row is there, and no other",
+        holds: rows_match,
+        detail: format!("{} rows inserted, {} in the table", inserted.len(), counts.len()),
+    });
+
+    let mut miscounted = Vec::new();
+    for (id, writes) in &written {
+        let expected = state.catalogue.for_id(*id).changes as i64
+            + writes.iter().filter(|w| w.query != Query::Insert).count() as i64;
+        if counts.get(id) != Some(&expected) {
+            miscounted.push(format!("row {id}: {:?} changes, {expected} expected", counts.get(id)));
+        }
+    }
+    invariants.push(Invariant {
+        name: "no duplicated or stray change: each row has its document's changes plus one per write",
+        holds: miscounted.is_empty(),
+        detail: if miscounted.is_empty() {
+            format!("automerge_change_count(doc) as expected on all {} rows", written.len())
+        } else {
+            format!("{} rows differ: {}", miscounted.len(), miscounted.iter().take(5).cloned().collect::<Vec<_>>().join("; "))
+        },
+    });
+
+    // Every written change's hash, read back from automerge_changes(doc) of its row.
+    let mut expected_hashes: Vec<(i64, Vec<String>)> = written
+        .iter()
+        .map(|(id, writes)| (*id, writes.iter().flat_map(|w| w.hashes.iter().cloned()).collect()))
+        .collect();
+    let total_hashes: usize = expected_hashes.iter().map(|(_, hashes)| hashes.len()).sum();
+    drop(written);
+    drop(log);
+    let mut checkers = Vec::new();
+    let chunk = expected_hashes.len().div_ceil(CHECKING_CONNECTIONS).max(1);
+    while !expected_hashes.is_empty() {
+        let part: Vec<(i64, Vec<String>)> = expected_hashes.drain(..chunk.min(expected_hashes.len())).collect();
+        let client = server.connect().await?;
+        checkers.push(tokio::spawn(async move {
+            let statement = client.prepare(&format!("SELECT hash FROM {TABLE}, automerge_changes(doc) WHERE id = $1")).await?;
+            let mut wrong = Vec::new();
+            for (id, hashes) in part {
+                let mut present: HashMap<String, usize> = HashMap::new();
+                for row in client.query(&statement, &[&id]).await? {
+                    *present.entry(row.get(0)).or_default() += 1;
+                }
+                for hash in hashes {
+                    let times = present.get(&hash).copied().unwrap_or(0);
+                    if times != 1 {
+                        wrong.push(format!("row {id}: change {} present {times} times", &hash[..12]));
+                    }
+                }
+            }
+            anyhow::Ok(wrong)
+        }));
+    }
+    let mut wrong = Vec::new();
+    for checker in checkers {
+        wrong.extend(checker.await??);
+    }
+    invariants.push(Invariant {
+        name: "no lost or duplicated write: every change written is in automerge_changes(doc) exactly once",
+        holds: wrong.is_empty(),
+        detail: if wrong.is_empty() {
+            format!("{total_hashes} changes checked")
+        } else {
+            format!("{} of {total_hashes} wrong: {}", wrong.len(), wrong.iter().take(5).cloned().collect::<Vec<_>>().join("; "))
+        },
+    });
+
+    invariants.push(notifications_match(state, listener));
+
+    let over: Vec<String> = final_heaps
+        .iter()
+        .enumerate()
+        .filter(|(_, &heap)| heap > IDLE_HEAP_LIMIT)
+        .map(|(worker, heap)| format!("connection {worker}: {heap} bytes"))
+        .collect();
+    invariants.push(Invariant {
+        name: "each connection's Rust heap is back to almost nothing between statements",
+        holds: over.is_empty() && !final_heaps.is_empty(),
+        detail: format!(
+            "automerge_memory_usage().allocated_bytes at the end: {} (limit {IDLE_HEAP_LIMIT} bytes){}",
+            final_heaps.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(", "),
+            if over.is_empty() { String::new() } else { format!("; over: {}", over.join(", ")) }
+        ),
+    });
+
+    Ok(Verification {
+        invariants,
+        notification_wait,
+        check_duration: started.elapsed(),
+    })
+}
+
+/// Exactly one notification per committed write: as many per row as writes, an INSERT for
+/// each insert, and for each update exactly one notification whose new heads (`heads` less
+/// `previous_heads`) are the one change it wrote.
+fn notifications_match(state: &State, listener: &Listener) -> Invariant {
+    let received = listener.received();
+    let log = state.log.lock().unwrap();
+    let mut problems = Vec::new();
+    let mut notified: HashMap<Option<i64>, (usize, usize)> = HashMap::new();
+    // How many notifications introduced each change, per row.
+    let mut introduced: HashMap<(i64, String), usize> = HashMap::new();
+    let mut truncated = 0;
+    for notification in &received {
+        let (inserts, updates) = notified.entry(notification.id).or_default();
+        match notification.operation.as_str() {
+            "INSERT" => *inserts += 1,
+            "UPDATE" => *updates += 1,
+            other => problems.push(format!("a {other} notification for row {:?}", notification.id)),
+        }
+        if notification.operation != "UPDATE" {
+            continue;
+        }
+        match (&notification.heads, &notification.previous_heads, notification.id) {
+            (Some(heads), Some(previous), Some(id)) => {
+                let new: Vec<&String> = heads.iter().filter(|h| !previous.contains(h)).collect();
+                if new.len() != 1 {
+                    problems.push(format!("row {id}: an UPDATE notification with {} new heads", new.len()));
+                }
+                for hash in new {
+                    *introduced.entry((id, hash.clone())).or_default() += 1;
+                }
+            }
+            _ => truncated += 1,
+        }
+    }
+    let mut written: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
+    for write in &log.writes {
+        let (inserts, updates) = written.entry(write.id).or_default();
+        if write.query == Query::Insert {
+            *inserts += 1;
+        } else {
+            *updates += 1;
+            let times = introduced.remove(&(write.id, write.hashes[0].clone())).unwrap_or(0);
+            if times != 1 && truncated == 0 {
+                problems.push(format!("row {}: change {} announced {times} times", write.id, &write.hashes[0][..12]));
+            }
+        }
+    }
+    for (id, counts) in &written {
+        let got = notified.remove(&Some(*id)).unwrap_or_default();
+        if got != *counts {
+            problems.push(format!("row {id}: (inserts, updates) written {counts:?}, notified {got:?}"));
+        }
+    }
+    for (id, extra) in notified {
+        problems.push(format!("{extra:?} notifications for row {id:?}, which was never written"));
+    }
+    for ((id, hash), _) in introduced {
+        problems.push(format!("row {id}: a notification announced {}, which no write sent", &hash[..12.min(hash.len())]));
+    }
+    Invariant {
+        name: "exactly one notification per write",
+        holds: problems.is_empty() && received.len() == log.writes.len(),
+        detail: format!(
+            "{} writes, {} notifications ({truncated} truncated, checked by count only){}",
+            log.writes.len(),
+            received.len(),
+            if problems.is_empty() { String::new() } else { format!("; {}", problems.iter().take(5).cloned().collect::<Vec<_>>().join("; ")) }
+        ),
+    }
+}

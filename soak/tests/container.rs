@@ -1,0 +1,153 @@
+//! The Docker image under testcontainers: it serves the extension built against our
+//! PostgreSQL 17 headers on the base's own 17.x, with the image's settings, password logins
+//! from the bridge, writes, reads and notifications; and a short soak keeps every
+//! invariant. `cargo xtask test` builds the image and names it in PG_AUTOMERGE_IMAGE.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use soak::container::{Server, ServerOptions};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
+/// The run label of these tests' containers, which `cargo xtask test` clears beforehand.
+const TEST_RUN: &str = "container-tests";
+const MEMORY_LIMIT: u64 = 1 << 30;
+
+fn image() -> String {
+    std::env::var(IMAGE_ENV)
+        .unwrap_or_else(|_| panic!("{IMAGE_ENV} is not set: `cargo xtask test` builds the image and runs these tests"))
+}
+
+async fn server() -> Server {
+    Server::start(&ServerOptions {
+        image: image(),
+        memory_bytes: Some(MEMORY_LIMIT),
+        settings: Vec::new(),
+        run: TEST_RUN.into(),
+    })
+        .await
+        .expect("the image starts")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_image_serves_the_extension_with_its_settings() {
+    let server = server().await;
+    let client = server.connect().await.unwrap();
+    let version: String = client.query_one("SHOW server_version", &[]).await.unwrap().get(0);
+    assert!(version.starts_with("17."), "the image runs PostgreSQL 17, not {version}");
+    client.batch_execute("CREATE EXTENSION pg_automerge").await.unwrap();
+    for (setting, expected) in [
+        ("shared_preload_libraries", "pg_automerge"),
+        ("default_toast_compression", "lz4"),
+        ("shared_buffers", "256MB"),
+        ("max_wal_size", "8GB"),
+    ] {
+        let value: String = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap().get(0);
+        assert_eq!(value, expected, "{setting}");
+    }
+    // Only a preloaded library lists the backends.
+    let listed: i64 = client
+        .query_one("SELECT count(*) FROM automerge_memory_backends() WHERE pid = pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(listed, 1);
+    let limit = server.memory_stat().await.unwrap()["hierarchical_memory_limit"];
+    assert_eq!(limit, MEMORY_LIMIT, "the container runs under the memory limit given");
+
+    let wrong = server.conninfo().replace("password=soak", "password=wrong");
+    let refused = tokio_postgres::connect(&wrong, NoTls).await.err().expect("a wrong password is refused");
+    assert_eq!(refused.as_db_error().map(|e| e.code().code()), Some("28P01"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_reads_and_notifications_through_the_mapped_port() {
+    let server = server().await;
+    let client = server.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE EXTENSION pg_automerge;
+             CREATE TABLE notes (id int PRIMARY KEY, doc automerge NOT NULL);
+             CREATE TRIGGER notes_notify AFTER INSERT OR UPDATE ON notes
+                 FOR EACH ROW EXECUTE FUNCTION automerge_notify('notes_changed', 'doc', 'id');",
+        )
+        .await
+        .unwrap();
+    let (listening, mut connection) = server.connect_raw().await.unwrap();
+    let (sender, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(notification) = message {
+                sender.send(notification.payload().to_string()).unwrap();
+            }
+        }
+    });
+    listening.batch_execute("LISTEN notes_changed").await.unwrap();
+
+    let samples = fixtures::samples();
+    let project = samples.iter().find(|s| s.name == "project").unwrap();
+    client
+        .execute("INSERT INTO notes VALUES (1, $1::bytea::automerge)", &[&project.doc.save()])
+        .await
+        .unwrap();
+    let mut replica = automerge::AutoCommit::load(&project.doc.save()).unwrap();
+    automerge::transaction::Transactable::put(&mut replica, automerge::ROOT, "title", "Launch plan, revised").unwrap();
+    replica.commit();
+    let change = replica.get_last_local_change().unwrap();
+    let updated = client
+        .execute("UPDATE notes SET doc = doc || $1::bytea WHERE id = 1", &[&change.raw_bytes()])
+        .await
+        .unwrap();
+    assert_eq!(updated, 1);
+    let title: String = client.query_one("SELECT doc->>'title' FROM notes WHERE id = 1", &[]).await.unwrap().get(0);
+    assert_eq!(title, "Launch plan, revised");
+
+    let mut received = Vec::new();
+    for _ in 0..2 {
+        let payload = tokio::time::timeout(Duration::from_secs(10), notifications.recv()).await.unwrap().unwrap();
+        received.push(serde_json::from_str::<serde_json::Value>(&payload).unwrap());
+    }
+    assert_eq!(received[0]["operation"], "INSERT");
+    assert_eq!(received[1]["operation"], "UPDATE");
+    assert_eq!(received[1]["key"]["id"], 1);
+    assert_eq!(received[1]["heads"], serde_json::json!([change.hash().to_string()]));
+}
+
+/// Two and a half minutes of the soak's mix on small documents.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_short_soak_keeps_every_invariant() {
+    let results_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/soak-test");
+    let outcome = soak::run(soak::Config {
+        image: image(),
+        run: TEST_RUN.into(),
+        duration_secs: 150,
+        memory_bytes: MEMORY_LIMIT,
+        connections: 8,
+        gin_fastupdate: true,
+        trim_threshold: "64MB".into(),
+        max_load_memory: "1GB".into(),
+        initial_documents: 50,
+        final_documents: 200,
+        documents: soak::documents::DocumentSet::Small,
+        sample_interval_secs: 5,
+        results_dir: Some(results_dir.clone()),
+        command: "cargo xtask test (a_short_soak_keeps_every_invariant)".into(),
+        build: vec![("extension build".into(), "debug".into())],
+        progress: false,
+    })
+    .await
+    .unwrap();
+    for invariant in &outcome.invariants {
+        println!("{} {}: {}", if invariant.holds { "ok" } else { "FAILED" }, invariant.name, invariant.detail);
+    }
+    assert_eq!(outcome.invariants.len(), 6);
+    assert!(outcome.failed().is_empty(), "invariants failed: {:?}", outcome.failed());
+    let report = std::fs::read_to_string(results_dir.join("report.md")).unwrap();
+    assert!(report.contains("**PASSED**: 6 of 6 invariants hold"), "{report}");
+    for chart in ["memory.svg", "latency.svg", "wal.svg", "growth.svg"] {
+        let svg = std::fs::read_to_string(results_dir.join(chart)).unwrap();
+        assert!(svg.contains("stroke-width=\"2\""), "{chart} draws its series");
+    }
+}

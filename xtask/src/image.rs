@@ -1,0 +1,219 @@
+//! `cargo xtask image`: the pg_automerge Docker image (docker/Dockerfile), built on a public
+//! PostgreSQL image or, where no registry is reachable, on a Debian base made here with
+//! debootstrap. Also starts the Docker engine when it is missing, for `test` and `soak`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::debian_source::mirror;
+use crate::flags::ImageFlags;
+use crate::postgres::{cache_dir, is_root, PgMajor};
+use crate::project_root;
+use crate::step::{note, step};
+
+/// The major the image ships: the Debian base's packages and the headers we build against.
+pub const IMAGE_MAJOR: PgMajor = PgMajor::Pg17;
+/// `--base` value that selects the Debian base made with debootstrap.
+pub const DEBOOTSTRAP_BASE: &str = "debootstrap";
+/// The Debian base's tag; kept between runs, so it is made once per machine.
+const DEBIAN_BASE_TAG: &str = "pg_automerge-base:trixie-postgresql-17";
+const DEBIAN_SUITE: &str = "trixie";
+const DOCKERD_LOG: &str = "/var/log/pg_automerge-dockerd.log";
+const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+pub fn run(sh: &Shell, flags: &ImageFlags) -> Result<()> {
+    if let Err(reason) = step("Docker engine", || ensure_docker(sh))? {
+        bail!("{reason}");
+    }
+    let tag = build(sh, &flags.base, flags.debug)?;
+    println!("built {tag}; run it with: docker run -d -p 5432:5432 -e POSTGRES_PASSWORD=… {tag}");
+    Ok(())
+}
+
+/// The image's tag for a build profile.
+pub fn tag(debug: bool) -> String {
+    format!("pg_automerge:pg{}{}", IMAGE_MAJOR.number(), if debug { "-debug" } else { "" })
+}
+
+/// Builds the image on `base` with the extension in the debug or release profile; returns
+/// its tag.
+pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
+    let base = if base == DEBOOTSTRAP_BASE {
+        step("Debian base image", || debian_base(sh))?
+    } else {
+        base.to_string()
+    };
+    let profile = if debug { "debug" } else { "release" };
+    let context = step(&format!("package the extension and the entrypoint ({profile})"), || {
+        build_context(sh, debug)
+    })?;
+    let tag = tag(debug);
+    step(&format!("docker build {tag} on {base}"), || {
+        let dockerfile = project_root().join("docker/Dockerfile");
+        let base_arg = format!("BASE={base}");
+        let major_arg = format!("PG_MAJOR={}", IMAGE_MAJOR.number());
+        cmd!(sh, "docker build --quiet -f {dockerfile} --build-arg {base_arg} --build-arg {major_arg} -t {tag} {context}")
+            .quiet()
+            .ignore_stdout()
+            .run()?;
+        Ok(())
+    })?;
+    Ok(tag)
+}
+
+/// Makes sure a Docker engine answers. As root, installs Debian's docker.io when `dockerd`
+/// is missing and starts it in the background. `Ok(Err(reason))` when no engine can run
+/// here, which the tests report as a skip.
+pub fn ensure_docker(sh: &Shell) -> Result<std::result::Result<(), String>> {
+    if engine_answers(sh) {
+        note(format!("Docker engine {}", server_version(sh)));
+        return Ok(Ok(()));
+    }
+    if !is_root() {
+        return Ok(Err("no Docker engine answers, and starting one needs root".into()));
+    }
+    if cmd!(sh, "which dockerd").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note("installing Debian's docker.io");
+        let _frontend = sh.push_env("DEBIAN_FRONTEND", "noninteractive");
+        cmd!(sh, "apt-get -qq update").quiet().run()?;
+        cmd!(sh, "apt-get -qq install -y --no-install-recommends docker.io").quiet().run()?;
+    }
+    note(format!("starting dockerd (log: {DOCKERD_LOG})"));
+    let log = fs::File::create(DOCKERD_LOG).with_context(|| format!("creating {DOCKERD_LOG}"))?;
+    // Its own process group, so that interrupting xtask leaves the engine running.
+    std::os::unix::process::CommandExt::process_group(
+        Command::new("dockerd").stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log),
+        0,
+    )
+    .spawn()
+    .context("starting dockerd")?;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        if Path::new(DOCKER_SOCKET).exists() && engine_answers(sh) {
+            note(format!("Docker engine {} is up", server_version(sh)));
+            return Ok(Ok(()));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log_tail = fs::read_to_string(DOCKERD_LOG).unwrap_or_default();
+    let log_tail: Vec<&str> = log_tail.lines().rev().take(5).collect();
+    Ok(Err(format!("dockerd did not answer within 60 s; its log ends with: {}", log_tail.join(" | "))))
+}
+
+fn engine_answers(sh: &Shell) -> bool {
+    cmd!(sh, "docker info").quiet().ignore_stdout().ignore_stderr().run().is_ok()
+}
+
+fn server_version(sh: &Shell) -> String {
+    let format = "{{.Server.Version}}";
+    cmd!(sh, "docker version --format {format}").quiet().read().unwrap_or_default()
+}
+
+fn image_exists(sh: &Shell, tag: &str) -> bool {
+    cmd!(sh, "docker image inspect {tag}").quiet().ignore_stdout().ignore_stderr().run().is_ok()
+}
+
+/// Debian's PostgreSQL of the image's major in a minimal Debian root made with debootstrap
+/// from the machine's own mirror, imported as an image. Made once: an existing tag is kept.
+fn debian_base(sh: &Shell) -> Result<String> {
+    if image_exists(sh, DEBIAN_BASE_TAG) {
+        note(format!("{DEBIAN_BASE_TAG} exists"));
+        return Ok(DEBIAN_BASE_TAG.into());
+    }
+    if !is_root() {
+        bail!("making the Debian base image needs root (debootstrap); or pass --base postgres:17");
+    }
+    if cmd!(sh, "which debootstrap").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        let _frontend = sh.push_env("DEBIAN_FRONTEND", "noninteractive");
+        cmd!(sh, "apt-get -qq install -y --no-install-recommends debootstrap").quiet().run()?;
+    }
+    let root = cache_dir().join("docker-base-root");
+    if root.exists() {
+        fs::remove_dir_all(&root)?;
+    }
+    let package = format!("--include=postgresql-{}", IMAGE_MAJOR.number());
+    let mirror = mirror();
+    note(format!("debootstrap {DEBIAN_SUITE} with {package} from {mirror} (about a minute)"));
+    cmd!(sh, "debootstrap --variant=minbase {package} {DEBIAN_SUITE} {root} {mirror}")
+        .quiet()
+        .ignore_stdout()
+        .run()?;
+    // The package made a cluster of its own; the entrypoint makes ours in PGDATA.
+    for made in ["var/lib/postgresql", "etc/postgresql"] {
+        let major_dir = root.join(made).join(IMAGE_MAJOR.number().to_string());
+        if major_dir.exists() {
+            fs::remove_dir_all(major_dir)?;
+        }
+    }
+    import(&root, DEBIAN_BASE_TAG)?;
+    fs::remove_dir_all(&root)?;
+    Ok(DEBIAN_BASE_TAG.into())
+}
+
+/// `tar -c -C root . | docker import - tag`.
+fn import(root: &Path, tag: &str) -> Result<()> {
+    let mut tar = Command::new("tar")
+        .arg("-c")
+        .arg("-C")
+        .arg(root)
+        .arg(".")
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting tar")?;
+    let archive = tar.stdout.take().expect("stdout is piped");
+    let imported = Command::new("docker")
+        .args(["import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-", tag])
+        .stdin(archive)
+        .stdout(Stdio::null())
+        .status()
+        .context("starting docker import")?;
+    let tarred = tar.wait()?;
+    if !tarred.success() || !imported.success() {
+        bail!("importing {} as {tag} failed (tar {tarred}, docker import {imported})", root.display());
+    }
+    Ok(())
+}
+
+/// target/docker/context-<profile>: what docker/Dockerfile copies in. The extension is
+/// packaged against our PostgreSQL build of the same major (the headers match any point
+/// release of it).
+fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
+    let profile = if debug { "debug" } else { "release" };
+    let docker_dir = project_root().join("target/docker");
+    let package = docker_dir.join(format!("package-{profile}"));
+    let pg_config = IMAGE_MAJOR.pg_config();
+    {
+        let _dir = sh.push_dir("extension/pg_automerge");
+        let debug_flag = debug.then_some("--debug");
+        cmd!(sh, "cargo pgrx package {debug_flag...} --pg-config {pg_config} --out-dir {package}").run()?;
+    }
+    let release_flag = (!debug).then_some("--release");
+    cmd!(sh, "cargo build --quiet {release_flag...} -p pg_automerge_entrypoint").run()?;
+
+    let context = docker_dir.join(format!("context-{profile}"));
+    if context.exists() {
+        fs::remove_dir_all(&context)?;
+    }
+    fs::create_dir_all(context.join("extension"))?;
+    let under_package = |dir: String| package.join(dir.trim().trim_start_matches('/'));
+    let pkglibdir = under_package(cmd!(sh, "{pg_config} --pkglibdir").quiet().read()?);
+    let extension_dir = under_package(cmd!(sh, "{pg_config} --sharedir").quiet().read()?).join("extension");
+    fs::copy(pkglibdir.join("pg_automerge.so"), context.join("pg_automerge.so"))?;
+    for entry in fs::read_dir(&extension_dir).with_context(|| format!("reading {}", extension_dir.display()))? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with("pg_automerge") {
+            fs::copy(entry.path(), context.join("extension").join(entry.file_name()))?;
+        }
+    }
+    fs::copy(project_root().join("docker/pg_automerge.conf"), context.join("pg_automerge.conf"))?;
+    fs::copy(
+        project_root().join("target").join(profile).join("pg_automerge-entrypoint"),
+        context.join("pg_automerge-entrypoint"),
+    )?;
+    Ok(context)
+}
