@@ -1,0 +1,7 @@
+-- pg_automerge 0.1.0 → 0.2.0.
+--
+-- 0.2.0 changes the library only: Automerge panics on malformed input are refused as
+-- 22P03, nesting deeper than 1,000 levels is refused as 54001 (program_limit_exceeded),
+-- long reads honour query cancel and statement_timeout (57014), and loads of columns that
+-- end inside a value are refused before they start. The SQL objects are those of 0.1.0;
+-- the reliability step checks that an upgraded database's catalog equals a fresh install's.
