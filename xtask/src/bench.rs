@@ -28,15 +28,18 @@ const AUTOMERGE: &str = "automerge";
 const JSONB: &str = "jsonb";
 const SYSTEM_ALLOCATOR: &str = "system allocator";
 
+/// The criterion bench binaries of `benches/`, in the order they run (`jobs` at a time).
+const BENCHES: [&str; 4] = ["core", "sql", "load_counting_allocator", "load_system_allocator"];
+
 pub fn run(sh: &Shell, flags: &BenchFlags) -> Result<()> {
     setup::run(sh, &SetupFlags { pg: flags.pg.into() })?;
-    measure_and_report(sh, flags.pg, flags.quick)?;
+    measure_and_report(sh, flags.pg, flags.quick, flags.jobs)?;
     Ok(())
 }
 
 /// Runs the benches and writes their report; returns how many benchmarks ran.
-pub fn measure_and_report(sh: &Shell, major: PgMajor, quick: bool) -> Result<usize> {
-    let results = measure(sh, major, quick)?;
+pub fn measure_and_report(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<usize> {
+    let results = measure(sh, major, quick, jobs)?;
     let dir = if quick {
         project_root().join("target/bench-quick")
     } else {
@@ -49,7 +52,7 @@ pub fn measure_and_report(sh: &Shell, major: PgMajor, quick: bool) -> Result<usi
 
 /// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
 /// shortest measurement and debug builds, as a check that each bench still runs.
-fn measure(sh: &Shell, major: PgMajor, quick: bool) -> Result<Results> {
+fn measure(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<Results> {
     let scale = if quick { "small" } else { "operations" };
     let fixtures_dir = fixtures::dir();
     let fixture_table = step(&format!("fixtures ({scale} scale)"), || {
@@ -65,29 +68,42 @@ fn measure(sh: &Shell, major: PgMajor, quick: bool) -> Result<Results> {
     )?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
     let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
-    let command = if quick { "cargo xtask bench --quick" } else { "cargo xtask bench" };
-    let provenance = Provenance::collect(sh, command, &[("PostgreSQL", server_version.trim().to_string())])?;
+    let command = match (quick, jobs) {
+        (true, _) => "cargo xtask bench --quick".to_string(),
+        (false, 1) => format!("cargo xtask bench --pg {}", major.number()),
+        (false, jobs) => format!("cargo xtask bench --pg {} --jobs {jobs}", major.number()),
+    };
+    let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
         fs::remove_dir_all(&criterion_dir)?;
     }
     let peaks = criterion_dir.join("peaks.csv");
     let benches = step("criterion benches", || {
-        let mut cargo = Command::new("cargo");
-        cargo.args(["bench", "--package", "benches"]);
-        if quick {
-            // Reuses the tests' debug build of every dependency instead of a release build.
-            cargo.args(["--profile", "dev"]);
-        }
-        cargo
-            .env("PG_AUTOMERGE_BENCH_SCALE", scale)
-            .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
-            .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
-            .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
-            .current_dir(project_root());
-        let status = cargo.status().context("starting cargo bench")?;
-        if !status.success() {
-            bail!("cargo bench failed ({status})");
+        let run = |bench: &str| -> Result<std::process::Child> {
+            let mut cargo = Command::new("cargo");
+            cargo.args(["bench", "--package", "benches", "--bench", bench]);
+            if quick {
+                // Reuses the tests' debug build of every dependency instead of a release build.
+                cargo.args(["--profile", "dev"]);
+            }
+            cargo
+                .env("PG_AUTOMERGE_BENCH_SCALE", scale)
+                .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
+                .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
+                .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
+                .current_dir(project_root());
+            cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
+        };
+        // The allocator pair runs side by side, so that both see the same machine.
+        for batch in BENCHES.chunks(jobs.max(1)) {
+            let children: Vec<_> = batch.iter().map(|bench| run(bench).map(|child| (bench, child))).collect::<Result<_>>()?;
+            for (bench, mut child) in children {
+                let status = child.wait()?;
+                if !status.success() {
+                    bail!("cargo bench --bench {bench} failed ({status})");
+                }
+            }
         }
         Ok(())
     });

@@ -77,6 +77,11 @@ pub struct BenchFlags {
     /// Which PostgreSQL major the SQL benches run against.
     #[arg(long, value_enum, default_value_t = PgMajor::Pg17)]
     pub pg: PgMajor,
+    /// How many bench binaries run at once (core, sql, then the allocator pair). More halves
+    /// the wall time on a machine with cores to spare; each ratio is still measured side by
+    /// side within one binary.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
 }
 
 #[derive(Args, Debug)]
