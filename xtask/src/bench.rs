@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use xshell::Shell;
 
-use crate::flags::{BenchFlags, SetupFlags};
+use crate::flags::{BenchFlags, BenchScale, SetupFlags};
 use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
@@ -33,14 +33,15 @@ const BENCHES: [&str; 4] = ["core", "sql", "load_counting_allocator", "load_syst
 
 pub fn run(sh: &Shell, flags: &BenchFlags) -> Result<()> {
     setup::run(sh, &SetupFlags { pg: flags.pg.into() })?;
-    measure_and_report(sh, flags.pg, flags.quick, flags.jobs)?;
+    let scale = if flags.quick { BenchScale::Small } else { flags.scale };
+    measure_and_report(sh, flags.pg, scale, flags.jobs)?;
     Ok(())
 }
 
 /// Runs the benches and writes their report; returns how many benchmarks ran.
-pub fn measure_and_report(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<usize> {
-    let results = measure(sh, major, quick, jobs)?;
-    let dir = if quick {
+pub fn measure_and_report(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result<usize> {
+    let results = measure(sh, major, scale, jobs)?;
+    let dir = if results.quick {
         project_root().join("target/bench-quick")
     } else {
         project_root().join(format!("results/bench-{}", results.provenance.date))
@@ -52,11 +53,11 @@ pub fn measure_and_report(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) 
 
 /// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
 /// shortest measurement and debug builds, as a check that each bench still runs.
-fn measure(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<Results> {
-    let scale = if quick { "small" } else { "operations" };
+fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result<Results> {
+    let quick = scale == BenchScale::Small;
     let fixtures_dir = fixtures::dir();
-    let fixture_table = step(&format!("fixtures ({scale} scale)"), || {
-        fixtures::generate(sh, quick)
+    let fixture_table = step(&format!("fixtures ({} scale)", scale.name()), || {
+        fixtures::generate(sh, Some(scale))
     })?;
     // The extension as users run it; a quick run reuses the debug build the tests made.
     step(&format!("install the extension into {major}"), || {
@@ -68,11 +69,13 @@ fn measure(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<Resul
     )?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
     let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
-    let command = match (quick, jobs) {
-        (true, _) => "cargo xtask bench --quick".to_string(),
-        (false, 1) => format!("cargo xtask bench --pg {}", major.number()),
-        (false, jobs) => format!("cargo xtask bench --pg {} --jobs {jobs}", major.number()),
+    let mut command = match quick {
+        true => "cargo xtask bench --quick".to_string(),
+        false => format!("cargo xtask bench --pg {} --scale {}", major.number(), scale.name()),
     };
+    if jobs > 1 {
+        command += &format!(" --jobs {jobs}");
+    }
     let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
@@ -88,7 +91,7 @@ fn measure(sh: &Shell, major: PgMajor, quick: bool, jobs: usize) -> Result<Resul
                 cargo.args(["--profile", "dev"]);
             }
             cargo
-                .env("PG_AUTOMERGE_BENCH_SCALE", scale)
+                .env("PG_AUTOMERGE_BENCH_SCALE", scale.name())
                 .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
                 .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
                 .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))

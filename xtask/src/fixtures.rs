@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use xshell::{cmd, Shell};
 
-use crate::flags::FixturesFlags;
+use crate::flags::{BenchScale, FixturesFlags};
 use crate::project_root;
 use crate::step::step;
 
@@ -16,20 +16,16 @@ pub fn dir() -> PathBuf {
 }
 
 pub fn run(sh: &Shell, flags: &FixturesFlags) -> Result<()> {
-    let table = step("generate fixtures", || generate(sh, flags.small_only))?;
+    let table = step("generate fixtures", || generate(sh, flags.small_only.then_some(BenchScale::Small)))?;
     print!("{table}");
     Ok(())
 }
 
-/// Generates the fixtures (only the small ones when `small_only`) and returns the table the
-/// generator prints. Release mode: the Operations-scale histories take minutes in debug.
-pub fn generate(sh: &Shell, small_only: bool) -> Result<String> {
+/// Generates the fixtures (of one scale, or all) and returns the table the generator
+/// prints. The larger ones in release mode: their histories take minutes in debug.
+pub fn generate(sh: &Shell, scale: Option<BenchScale>) -> Result<String> {
     let dir = dir();
-    let scale = if small_only { Some("small") } else { None };
-    Ok(cmd!(
-        sh,
-        "cargo run --quiet --release --package fixtures -- {dir} {scale...}"
-    )
-    .read()?
-        + "\n")
+    let release = (scale != Some(BenchScale::Small)).then_some("--release");
+    let scale = scale.map(BenchScale::name);
+    Ok(cmd!(sh, "cargo run --quiet {release...} --package fixtures -- {dir} {scale...}").read()? + "\n")
 }

@@ -77,11 +77,32 @@ pub struct BenchFlags {
     /// Which PostgreSQL major the SQL benches run against.
     #[arg(long, value_enum, default_value_t = PgMajor::Pg17)]
     pub pg: PgMajor,
+    /// The fixtures' scale: `operations` (the Operations page's sizes; about an hour on two
+    /// cores), `medium` (a tenth of that) or `small`.
+    #[arg(long, value_enum, default_value_t = BenchScale::Operations)]
+    pub scale: BenchScale,
     /// How many bench binaries run at once (core, sql, then the allocator pair). More halves
     /// the wall time on a machine with cores to spare; each ratio is still measured side by
     /// side within one binary.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchScale {
+    Small,
+    Medium,
+    Operations,
+}
+
+impl BenchScale {
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchScale::Small => "small",
+            BenchScale::Medium => "medium",
+            BenchScale::Operations => "operations",
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -16,7 +16,7 @@ use crate::bench;
 use crate::doc_examples;
 use crate::fuzz;
 use crate::image;
-use crate::flags::{SetupFlags, TestFlags};
+use crate::flags::{BenchScale, SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
@@ -105,7 +105,7 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     // Every bench runs once on the small fixtures: no timing is checked, only that each
     // still works against the extension as built.
     let major = flags.pg.majors()[0];
-    let benches = step("benchmarks, quick (a smoke check)", || bench::measure_and_report(sh, major, true, 2))?;
+    let benches = step("benchmarks, quick (a smoke check)", || bench::measure_and_report(sh, major, BenchScale::Small, 2))?;
     summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
     total += Counts { passed: benches, failed: 0 };
     let docker = step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
