@@ -28,8 +28,6 @@ const AUTOMERGE: &str = "automerge";
 const JSONB: &str = "jsonb";
 const SYSTEM_ALLOCATOR: &str = "system allocator";
 
-/// The criterion bench binaries of `benches/`, in the order they run (`jobs` at a time).
-const BENCHES: [&str; 4] = ["core", "sql", "load_counting_allocator", "load_system_allocator"];
 
 pub fn run(sh: &Shell, flags: &BenchFlags) -> Result<()> {
     setup::run(sh, &SetupFlags { pg: flags.pg.into() })?;
@@ -98,13 +96,18 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
                 .current_dir(project_root());
             cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
         };
-        // The allocator pair runs side by side, so that both see the same machine.
-        for batch in BENCHES.chunks(jobs.max(1)) {
-            let children: Vec<_> = batch.iter().map(|bench| run(bench).map(|child| (bench, child))).collect::<Result<_>>()?;
-            for (bench, mut child) in children {
-                let status = child.wait()?;
-                if !status.success() {
-                    bail!("cargo bench --bench {bench} failed ({status})");
+        // `core` and `sql` may run side by side (`--jobs`); the allocator pair runs one after
+        // the other, alone, since its ratio compares two binaries.
+        let batches: [&[&str]; 3] = [&["core", "sql"], &["load_counting_allocator"], &["load_system_allocator"]];
+        for batch in batches {
+            for chunk in batch.chunks(jobs.max(1)) {
+                let children: Vec<_> =
+                    chunk.iter().map(|bench| run(bench).map(|child| (bench, child))).collect::<Result<_>>()?;
+                for (bench, mut child) in children {
+                    let status = child.wait()?;
+                    if !status.success() {
+                        bail!("cargo bench --bench {bench} failed ({status})");
+                    }
                 }
             }
         }
@@ -120,6 +123,7 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
         fixture_table,
         provenance,
         quick,
+        scale: scale.name(),
     })
 }
 
@@ -129,6 +133,8 @@ struct Results {
     fixture_table: String,
     provenance: Provenance,
     quick: bool,
+    /// The fixtures' scale.
+    scale: &'static str,
 }
 
 /// One benchmark: an operation on a fixture by one variant.
@@ -302,9 +308,9 @@ fn markdown(results: &Results) -> String {
     let p = &results.provenance;
     let mut out = String::new();
     let kind = if results.quick {
-        "quick check (small fixtures, not a measurement)"
+        "quick check (small fixtures, debug builds: not a measurement)".to_string()
     } else {
-        "full run"
+        format!("{} scale", results.scale)
     };
     writeln!(out, "# Benchmarks, {}: {kind}\n", p.date).unwrap();
     writeln!(out, "{}\n", p.markdown()).unwrap();
