@@ -142,11 +142,11 @@ pub struct SoakFlags {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub gin_fastupdate: OnOff,
     /// pg_automerge.trim_threshold for the run (`64MB`, `-1`).
-    #[arg(long, default_value = "64MB")]
+    #[arg(long, default_value = "64MB", allow_hyphen_values = true)]
     pub trim_threshold: String,
     /// pg_automerge.max_load_memory for the run (`1GB`, `-1`): above the estimate of the
     /// largest fixture (697 MB for the 1.26 MB rich text).
-    #[arg(long, default_value = "1GB")]
+    #[arg(long, default_value = "1GB", allow_hyphen_values = true)]
     pub max_load_memory: String,
     /// The image to build on, as for `cargo xtask image`.
     #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]
@@ -249,5 +249,13 @@ mod tests {
         assert_eq!(parse_bytes("4g"), Ok(4 << 30));
         assert_eq!(parse_bytes("512MB"), Ok(512 << 20));
         assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn soak_settings_take_minus_one() {
+        let parsed = Xtask::try_parse_from(["xtask", "soak", "--trim-threshold", "-1", "--max-load-memory", "-1"]).unwrap();
+        let Verb::Soak(flags) = parsed.verb else { panic!("not the soak verb") };
+        assert_eq!((flags.trim_threshold.as_str(), flags.max_load_memory.as_str()), ("-1", "-1"));
+        assert_eq!(flags.duration, std::time::Duration::from_secs(4200));
     }
 }
