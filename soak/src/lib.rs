@@ -46,7 +46,7 @@ pub struct Config {
     pub sample_interval_secs: u64,
     /// Where the report goes; none for a run that only checks the invariants.
     pub results_dir: Option<PathBuf>,
-    /// For the report: the command, and the versions the caller knows (rustc, commit).
+    /// For the report: the command, and the machine, toolchain and checkout the caller knows.
     pub command: String,
     pub build: Vec<(String, String)>,
     /// Show a progress bar (not in tests, whose output is captured).

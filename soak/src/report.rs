@@ -21,7 +21,6 @@ pub struct Environment {
     pub extension_version: String,
     pub settings: Vec<(String, String)>,
     pub docker_version: String,
-    pub machine: Vec<(String, String)>,
 }
 
 impl Environment {
@@ -50,31 +49,8 @@ impl Environment {
             .ok()
             .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
             .unwrap_or_default();
-        Ok(Environment { started_at, server_version, extension_version, settings, docker_version, machine: machine() })
+        Ok(Environment { started_at, server_version, extension_version, settings, docker_version })
     }
-}
-
-fn machine() -> Vec<(String, String)> {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("model name").map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory = meminfo.lines().find(|l| l.starts_with("MemTotal")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string());
-    let memory_gb = memory.and_then(|kb| kb.parse::<f64>().ok()).map(|kb| format!("{:.1} GB", kb / 1024.0 / 1024.0));
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
-    let os = fs::read_to_string("/etc/os-release")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_string()))
-        .unwrap_or_default();
-    vec![
-        ("CPU".into(), format!("{model}, {cores} cores available")),
-        ("memory".into(), memory_gb.unwrap_or_default()),
-        ("host".into(), format!("{os}, Linux {kernel}")),
-    ]
 }
 
 /// One document's load, measured with the Operations page's recipe before the mix starts.
@@ -169,7 +145,7 @@ pub async fn write(
     writeln!(md, "| server | {} |", environment.server_version)?;
     writeln!(md, "| pg_automerge | {} |", environment.extension_version)?;
     writeln!(md, "| Docker engine | {} |", environment.docker_version)?;
-    for (name, value) in environment.machine.iter().chain(&config.build) {
+    for (name, value) in &config.build {
         writeln!(md, "| {name} | {value} |")?;
     }
     writeln!(md, "| container memory limit | {} MB, no swap |", config.memory_bytes >> 20)?;

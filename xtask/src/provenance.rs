@@ -54,6 +54,11 @@ impl Provenance {
         Ok(Provenance { date, entries })
     }
 
+    /// Every entry but the command, for a report that shows its command on its own.
+    pub fn entries_except_command(&self) -> Vec<(String, String)> {
+        self.entries.iter().filter(|(name, _)| name != "command").cloned().collect()
+    }
+
     /// A bullet list.
     pub fn markdown(&self) -> String {
         self.entries

@@ -11,6 +11,7 @@ use xshell::{cmd, Shell};
 use crate::flags::{OnOff, SoakFlags};
 use crate::image;
 use crate::project_root;
+use crate::provenance::Provenance;
 use crate::step::step;
 
 /// The full-length run, whose report is `results/soak-<date>/`.
@@ -22,7 +23,10 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
         bail!("the soak needs a Docker engine: {reason}");
     }
     let tag = image::build(sh, &flags.base, false)?;
-    let name = results_name(flags);
+    // The report's setup table: the machine, toolchain and checkout, as every report says them.
+    let extension_build = format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
+    let provenance = Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
+    let name = results_name(flags, &provenance.date);
     remove_leftover_containers(sh, &name)?;
     let results_dir = project_root().join("results").join(&name);
     // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
@@ -42,7 +46,7 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
         "sample_interval_secs": 5,
         "results_dir": results_dir,
         "command": command_line(),
-        "build": build_info(sh),
+        "build": provenance.entries_except_command(),
         "progress": true,
     });
     step(&format!("soak for {} s against {tag}", flags.duration.as_secs()), || {
@@ -59,8 +63,8 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
 }
 
 /// `soak-<date>` for the default run; other settings add what differs.
-fn results_name(flags: &SoakFlags) -> String {
-    let mut name = format!("soak-{}", today());
+fn results_name(flags: &SoakFlags, date: &str) -> String {
+    let mut name = format!("soak-{date}");
     if flags.gin_fastupdate == OnOff::Off {
         name.push_str("-gin-fastupdate-off");
     }
@@ -82,25 +86,9 @@ fn results_name(flags: &SoakFlags) -> String {
     name
 }
 
-fn today() -> String {
-    chrono::Utc::now().format("%Y-%m-%d").to_string()
-}
-
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     format!("cargo xtask {}", args.join(" "))
-}
-
-/// What built the driver and the extension, for the report.
-fn build_info(sh: &Shell) -> Vec<(String, String)> {
-    let rustc = cmd!(sh, "rustc --version").quiet().read().unwrap_or_default();
-    let commit = cmd!(sh, "git rev-parse --short HEAD").quiet().read().unwrap_or_default();
-    let dirty = !cmd!(sh, "git status --porcelain").quiet().read().unwrap_or_default().is_empty();
-    vec![
-        ("rustc".into(), rustc),
-        ("commit".into(), format!("{commit}{}", if dirty { " with uncommitted changes" } else { "" })),
-        ("extension build".into(), format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number())),
-    ]
 }
 
 /// Containers that an interrupted run of the same name left behind (testcontainers labels
