@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: runs the criterion benches (core level, SQL level against a cluster
 //! it starts, and the allocator pair) on the fixtures, then writes a report of medians,
 //! spreads, ratios to the baselines measured in the same run, and peak memory:
-//! `results/bench-<date>/` for a full run, `target/bench-quick/` for `--quick`.
+//! `results/bench-<date>-<scale>-<commit>/` for a full run, `target/bench-quick/` for `--quick`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,7 +42,8 @@ pub fn measure_and_report(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: u
     let dir = if results.quick {
         project_root().join("target/bench-quick")
     } else {
-        project_root().join(format!("results/bench-{}", results.provenance.date))
+        let provenance = &results.provenance;
+        project_root().join(format!("results/bench-{}-{}-{}", provenance.date, results.scale, provenance.commit))
     };
     write_report(&dir, &results)?;
     note(format!("{} benchmarks; report in {}", results.rows.len(), dir.display()));

@@ -25,7 +25,7 @@ pub enum Verb {
     /// Generate the benchmark fixtures into target/fixtures and print their sizes.
     Fixtures(FixturesFlags),
     /// Run the criterion benches (core level, and SQL level against a cluster it starts)
-    /// and write a report with ratios to the baselines into results/bench-<date>/.
+    /// and write a report with ratios to the baselines into results/bench-<date>-<scale>-<commit>/.
     Bench(BenchFlags),
     /// Run the mutation fuzzer over the core crate's byte inputs and write
     /// results/fuzz-<date>.md.

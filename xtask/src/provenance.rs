@@ -11,6 +11,8 @@ use crate::project_root;
 pub struct Provenance {
     /// `YYYY-MM-DD`, UTC: reports are named by it.
     pub date: String,
+    /// The checked-out commit, short: reports of the same day are told apart by it.
+    pub commit: String,
     entries: Vec<(String, String)>,
 }
 
@@ -36,7 +38,7 @@ impl Provenance {
                 if dirty {
                     format!("{commit} (with uncommitted changes)")
                 } else {
-                    commit
+                    commit.clone()
                 },
             ),
             ("machine".to_string(), machine()),
@@ -51,7 +53,7 @@ impl Provenance {
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.clone())),
         );
-        Ok(Provenance { date, entries })
+        Ok(Provenance { date, commit, entries })
     }
 
     /// Every entry but the command, for a report that shows its command on its own.
