@@ -15,7 +15,7 @@ use automerge::legacy::{Key, ObjectId, OpType};
 use automerge::{Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 use serde_json::Value as Json;
 
-use crate::document::{load_stored, to_stored, WriteSettings};
+use crate::document::{contains, load_stored, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
 use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
@@ -55,16 +55,6 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
     let mut doc = load_stored(left)?;
     merge_into(&mut doc, &mut other)?;
     to_stored(&doc, settings.keep_json)
-}
-
-/// Whether the stored value is known, from its header alone, to contain every change in
-/// `hashes`: each is one of its heads or the latest change of one of its actors (a change
-/// hash names its whole history, so the value then has their ancestors too).
-fn contains(value: &StoredValue<'_>, hashes: &[ChangeHash]) -> bool {
-    hashes.iter().all(|hash| {
-        value.summary.heads.contains(hash)
-            || value.kept.as_ref().is_some_and(|kept| kept.clock.values().any(|(_, latest)| latest == hash))
-    })
 }
 
 /// Whether `container` has, for each head of `contained`, a change of that head's actor
