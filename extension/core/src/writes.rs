@@ -110,9 +110,9 @@ fn append(
     incoming: &LoadEstimate,
 ) -> Result<Option<Vec<u8>>, Error> {
     let Some(kept) = &value.kept else { return Ok(None) };
-    let Some(parsed) = parse_changes(changes) else { return Ok(None) };
-    // Parsing decoded the changes; the limit holds for them as for any load.
+    // Parsing decodes (and inflates) the changes: the limit holds for them as for any load.
     settings.load_limit.check(incoming)?;
+    let Some(parsed) = parse_changes(changes) else { return Ok(None) };
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = Kept { json: kept.json, clock: kept.clock.clone(), ..*kept };
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
