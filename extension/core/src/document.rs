@@ -8,7 +8,7 @@ use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, ActorClock, Kept, StoredValue, Summary};
 use crate::json;
 use crate::guard::no_panic;
-use crate::memory;
+use crate::{cache, memory};
 use crate::Error;
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
@@ -101,6 +101,10 @@ impl LoadLimit {
 /// How many changes a write may append by default (`pg_automerge.append_limit`).
 pub const DEFAULT_APPEND_LIMIT: u32 = 64;
 
+/// How many bytes a held document may keep by default (`pg_automerge.document_cache`):
+/// room for the Operations page's largest documents, which keep 10–24 MB once loaded.
+pub const DEFAULT_CACHE_BUDGET: u64 = 64 << 20;
+
 /// How writes load and store documents; the adapter fills it from the `pg_automerge.*`
 /// settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,18 +116,31 @@ pub struct WriteSettings {
     /// `append_limit`: how many changes may sit appended after the last save before a
     /// write loads and re-saves the document; 0 makes every write load.
     pub append_limit: u32,
+    /// `document_cache`: the most bytes the last document loaded from client input may keep
+    /// to be held for a merge that follows (see [`cache`](crate::cache)); 0 holds none.
+    pub cache_budget: u64,
 }
 
 impl WriteSettings {
     /// The defaults with no load limit: for tests, benchmarks and tools.
-    pub const UNLIMITED: WriteSettings =
-        WriteSettings { load_limit: LoadLimit::NONE, keep_json: true, append_limit: DEFAULT_APPEND_LIMIT };
+    pub const UNLIMITED: WriteSettings = WriteSettings {
+        load_limit: LoadLimit::NONE,
+        keep_json: true,
+        append_limit: DEFAULT_APPEND_LIMIT,
+        cache_budget: DEFAULT_CACHE_BUDGET,
+    };
 }
 
-/// Validates client bytes, within the load limit, and returns their stored form.
+/// Validates client bytes, within the load limit, and returns their stored form. The loaded
+/// document stays in the [`cache`](crate::cache) for a merge that follows.
 pub fn stored_from_client_bytes(bytes: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
     settings.load_limit.check(&estimate::estimate_client_bytes(bytes)?)?;
-    to_stored(&load_client_bytes(bytes)?, settings.keep_json)
+    let before = memory::usage().allocated_bytes;
+    let doc = load_client_bytes(bytes)?;
+    let kept_bytes = memory::usage().allocated_bytes.saturating_sub(before) as u64;
+    let stored = to_stored(&doc, settings.keep_json)?;
+    cache::keep(doc.get_heads(), doc, kept_bytes, settings.cache_budget);
+    Ok(stored)
 }
 
 /// The document as JSON text: the kept JSON when the value has it, else from a load. Reads

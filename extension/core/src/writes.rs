@@ -19,12 +19,13 @@ use crate::document::{contains, load_stored, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
 use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
-use crate::{json, memory, Error};
+use crate::{cache, json, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
 /// side's actor clock only suggests that it contains the left (the same client saving
-/// again, as an upsert of its full save does), the right side alone is loaded to check.
+/// again, as an upsert of its full save does), the right side alone is checked: taken from
+/// the [`cache`] when the statement just loaded it from client input, else loaded.
 /// Otherwise the merge result is estimated from both headers and checked against the load
 /// limit first.
 pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
@@ -36,12 +37,19 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
         return Ok(right.to_vec());
     }
     let incoming = estimate_stored(&r.summary, r.payload.len());
-    let mut other = if may_contain(&r, &l) {
-        settings.load_limit.check(&incoming)?;
-        let other = load_stored(right)?;
+    let held = cache::take(&r.summary.heads);
+    let mut other = if held.is_some() || may_contain(&r, &l) {
+        let other = match held {
+            Some(doc) => doc,
+            None => {
+                settings.load_limit.check(&incoming)?;
+                load_stored(right)?
+            }
+        };
         if l.summary.heads.iter().all(|head| other.get_change_by_hash(head).is_some()) {
             return Ok(right.to_vec());
         }
+        settings.load_limit.check(&combined(&[estimate_stored(&l.summary, l.payload.len()), incoming]))?;
         other
     } else {
         // Merging decodes the right document's changes and applies them to the left one.
