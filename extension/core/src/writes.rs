@@ -182,7 +182,13 @@ fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
             return None;
         }
         let chunk = &rest[..rest.len() - after.len()];
-        changes.push(no_panic(|| Change::try_from(chunk)).ok()?.ok()?);
+        let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
+        // Parsing does not check the checksum (the first bytes of the change's hash, also for
+        // a compressed chunk); every load does, and refuses the whole payload.
+        if chunk.get(4..8)? != &change.hash().0[..4] {
+            return None;
+        }
+        changes.push(change);
         rest = after;
     }
     Some(changes)
