@@ -135,7 +135,7 @@ fn append(
         let deps_known = change.deps().iter().all(|dep| {
             heads.contains(dep) || kept.clock.values().any(|(_, latest)| latest == dep)
         });
-        if change.seq() != next_seq || !deps_known {
+        if change.seq() != next_seq || !deps_known || !loads_after(change, latest, &new, &kept.clock, value) {
             return Ok(None);
         }
         json = json.and_then(|json| json.follow(change, &heads, kept.max_op));
@@ -170,6 +170,50 @@ fn append(
     Ok(Some(format::encode(&summary, &kept, &payload)))
 }
 
+/// Whether a change that follows the header also passes what Automerge checks when it
+/// loads the payload, where all appended changes are applied in one batch, in an order of
+/// their dependencies: an author only on an actor's first change; operations only of
+/// actors it has; and each actor's changes in sequence, so a change must descend from its
+/// actor's previous one (`latest`) unless that one is in the saved document. Automerge
+/// panics on these on a load, so a change appended without them would make the stored value
+/// unloadable; the load-apply-save path refuses them instead.
+fn loads_after(
+    change: &Change,
+    latest: Option<(u64, ChangeHash)>,
+    batch: &[&Change],
+    clock: &format::ActorClock,
+    value: &StoredValue<'_>,
+) -> bool {
+    if change.author().is_some() && change.seq() != 1 {
+        return false;
+    }
+    if !change.other_actor_ids().iter().all(|actor| clock.contains_key(actor) || actor == change.actor_id()) {
+        return false;
+    }
+    let Some((_, previous)) = latest else { return true };
+    let saved = value.kept.as_ref().is_some_and(|kept| kept.appended_changes == 0)
+        && !batch.iter().any(|earlier| earlier.hash() == previous);
+    saved || descends_from(change, previous, batch)
+}
+
+/// Whether `ancestor` is among the dependencies of `change`, directly or through changes of
+/// `batch` (the changes before it in one write; those stored earlier are not parsed again).
+fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<ChangeHash> = change.deps().to_vec();
+    while let Some(hash) = stack.pop() {
+        if hash == ancestor {
+            return true;
+        }
+        if seen.insert(hash) {
+            if let Some(earlier) = batch.iter().find(|earlier| earlier.hash() == hash) {
+                stack.extend_from_slice(earlier.deps());
+            }
+        }
+    }
+    false
+}
+
 /// The changes in `bytes`, when they are nothing but well-formed change chunks.
 fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
     let mut changes = Vec::new();
@@ -180,7 +224,13 @@ fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
             return None;
         }
         let chunk = &rest[..rest.len() - after.len()];
-        changes.push(no_panic(|| Change::try_from(chunk)).ok()?.ok()?);
+        let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
+        // Parsing does not check the checksum (the first bytes of the change's hash, also for
+        // a compressed chunk); every load does, and refuses the whole payload.
+        if chunk.get(4..8)? != &change.hash().0[..4] {
+            return None;
+        }
+        changes.push(change);
         rest = after;
     }
     Some(changes)
