@@ -2,10 +2,10 @@
 
 use std::borrow::Cow;
 
-use automerge::{Automerge, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
+use automerge::{Automerge, ChangeHash, LoadOptions, ObjId, OnPartialLoad, ReadDoc, ROOT};
 
 use crate::estimate::{self, LoadEstimate};
-use crate::format::{self, ActorClock, Kept, StoredValue, Summary};
+use crate::format::{self, ActorClock, Kept, RootOps, StoredValue, Summary};
 use crate::json;
 use crate::guard::no_panic;
 use crate::{cache, memory};
@@ -58,8 +58,16 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
             *latest = (change.seq, change.hash);
         }
     }
+    let mut root = RootOps::new();
+    for key in doc.keys(ROOT) {
+        let ops = doc.get_all(ROOT, key.as_str()).unwrap_or_default().into_iter().filter_map(|(_, id)| match id {
+            ObjId::Id(counter, actor, _) => Some((counter, actor)),
+            ObjId::Root => None,
+        });
+        root.insert(key, ops.collect());
+    }
     let summary = Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() };
-    (summary, Kept { max_op, appended_changes: 0, json: None, clock })
+    (summary, Kept { max_op, appended_changes: 0, json: None, clock, root })
 }
 
 /// The stored form of a loaded document, keeping its JSON when `keep_json` (a document too

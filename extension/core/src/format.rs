@@ -6,7 +6,8 @@
 //! are little-endian.
 //!
 //! Version 2 (written by 0.3.0 and later) keeps, beside the summary, what lets reads and
-//! small writes skip the load: the document's JSON, and each actor's latest change.
+//! small writes skip the load: the document's JSON, each actor's latest change, and the
+//! operations behind each root key's value.
 //!
 //! | offset   | size | field                                                   |
 //! |----------|------|---------------------------------------------------------|
@@ -21,12 +22,17 @@
 //! | 36       | 4    | changes appended after the last save                    |
 //! | 40       | 4    | JSON length `j` (0 when not kept)                       |
 //! | 44       | 4    | actor table length `a`                                  |
-//! | 48       | 32·n | the heads (change hashes), sorted                       |
+//! | 48       | 4    | root table length `r`                                   |
+//! | 52       | 32·n | the heads (change hashes), sorted                       |
 //! | h        | j    | the document as JSON text (UTF-8), when kept            |
 //! | h+j      | a    | actor table: count (4), then per actor its id's length  |
 //! |          |      | (4), the id, its latest change's sequence number (8)    |
 //! |          |      | and hash (32), sorted by id                             |
-//! | h+j+a    | rest | payload: an Automerge `save()`, then any change chunks  |
+//! | h+j+a    | r    | root table: count (4), then per root key its length (4) |
+//! |          |      | and UTF-8 bytes, and the operations whose values it     |
+//! |          |      | shows: count (4), then per operation its counter (8),   |
+//! |          |      | actor id length (4) and actor id; sorted by key         |
+//! | h+j+a+r  | rest | payload: an Automerge `save()`, then any change chunks  |
 //! |          |      | appended since                                          |
 //!
 //! Version 1 (0.1.0 and 0.2.0; read, never written): the first 28 bytes as above with
@@ -45,7 +51,7 @@ pub const FORMAT_VERSION: u8 = 2;
 pub const AUTOMERGE_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 
 const V1_FIXED_LEN: usize = 28;
-const FIXED_HEADER_LEN: usize = 48;
+const FIXED_HEADER_LEN: usize = 52;
 const HASH_LEN: usize = 32;
 const FLAG_JSON: u8 = 1;
 
@@ -62,6 +68,11 @@ pub struct Summary {
 /// that a change is new and follows what the document has, without loading it.
 pub type ActorClock = BTreeMap<ActorId, (u64, ChangeHash)>;
 
+/// For each key of the root map, the operations (counter, actor) whose values it shows:
+/// one, or several where concurrent writes conflict. With it a write can check that a put
+/// on a root key replaces exactly what is there, without loading.
+pub type RootOps = BTreeMap<String, Vec<(u64, ActorId)>>;
+
 /// What format 2 keeps beside the summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept<'a> {
@@ -72,6 +83,7 @@ pub struct Kept<'a> {
     /// The document as JSON, when kept and current.
     pub json: Option<&'a str>,
     pub clock: ActorClock,
+    pub root: RootOps,
 }
 
 /// A stored value split into its header fields and the Automerge bytes, borrowed.
@@ -89,7 +101,8 @@ pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     let header_len = FIXED_HEADER_LEN + HASH_LEN * summary.heads.len();
     let json = kept.json.unwrap_or("").as_bytes();
     let actors = encode_clock(&kept.clock);
-    let mut out = Vec::with_capacity(header_len + json.len() + actors.len() + payload.len());
+    let root = encode_root(&kept.root);
+    let mut out = Vec::with_capacity(header_len + json.len() + actors.len() + root.len() + payload.len());
     out.push(FORMAT_VERSION);
     out.push(if kept.json.is_some() { FLAG_JSON } else { 0 });
     out.extend_from_slice(&[0, 0]);
@@ -101,11 +114,13 @@ pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&kept.appended_changes.to_le_bytes());
     out.extend_from_slice(&to_u32(json.len()).to_le_bytes());
     out.extend_from_slice(&to_u32(actors.len()).to_le_bytes());
+    out.extend_from_slice(&to_u32(root.len()).to_le_bytes());
     for head in &summary.heads {
         out.extend_from_slice(&head.0);
     }
     out.extend_from_slice(json);
     out.extend_from_slice(&actors);
+    out.extend_from_slice(&root);
     out.extend_from_slice(payload);
     out
 }
@@ -122,26 +137,85 @@ fn encode_clock(clock: &ActorClock) -> Vec<u8> {
     out
 }
 
-fn decode_clock(mut bytes: &[u8]) -> Result<ActorClock, Error> {
-    let corrupt = || Error::CorruptStoredValue("bad actor table".into());
-    let mut take = |n: usize| -> Result<&[u8], Error> {
-        let (head, rest) = bytes.split_at_checked(n).ok_or_else(corrupt)?;
-        bytes = rest;
+fn encode_root(root: &RootOps) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&to_u32(root.len()).to_le_bytes());
+    for (key, ops) in root {
+        out.extend_from_slice(&to_u32(key.len()).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(&to_u32(ops.len()).to_le_bytes());
+        for (counter, actor) in ops {
+            out.extend_from_slice(&counter.to_le_bytes());
+            out.extend_from_slice(&to_u32(actor.to_bytes().len()).to_le_bytes());
+            out.extend_from_slice(actor.to_bytes());
+        }
+    }
+    out
+}
+
+/// Reads a table's bytes in order, failing (as corrupt, naming `table`) past their end.
+struct TableReader<'a> {
+    bytes: &'a [u8],
+    table: &'static str,
+}
+
+impl<'a> TableReader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let (head, rest) = self.bytes.split_at_checked(n).ok_or_else(|| self.corrupt())?;
+        self.bytes = rest;
         Ok(head)
-    };
-    let count = read_u32(take(4)?, 0);
+    }
+
+    fn u32(&mut self) -> Result<usize, Error> {
+        Ok(read_u32(self.take(4)?, 0) as usize)
+    }
+
+    fn u64(&mut self) -> Result<u64, Error> {
+        Ok(read_u64(self.take(8)?, 0))
+    }
+
+    fn actor(&mut self) -> Result<ActorId, Error> {
+        let len = self.u32()?;
+        Ok(ActorId::from(self.take(len)?))
+    }
+
+    fn corrupt(&self) -> Error {
+        Error::CorruptStoredValue(format!("bad {}", self.table))
+    }
+
+    fn finish(self) -> Result<(), Error> {
+        if self.bytes.is_empty() { Ok(()) } else { Err(self.corrupt()) }
+    }
+}
+
+fn decode_clock(bytes: &[u8]) -> Result<ActorClock, Error> {
+    let mut reader = TableReader { bytes, table: "actor table" };
     let mut clock = ActorClock::new();
-    for _ in 0..count {
-        let len = read_u32(take(4)?, 0) as usize;
-        let actor = ActorId::from(take(len)?);
-        let seq = read_u64(take(8)?, 0);
-        let hash = ChangeHash(take(HASH_LEN)?.try_into().expect("32 bytes"));
+    for _ in 0..reader.u32()? {
+        let actor = reader.actor()?;
+        let seq = reader.u64()?;
+        let hash = ChangeHash(reader.take(HASH_LEN)?.try_into().expect("32 bytes"));
         clock.insert(actor, (seq, hash));
     }
-    if !bytes.is_empty() {
-        return Err(corrupt());
-    }
+    reader.finish()?;
     Ok(clock)
+}
+
+fn decode_root(bytes: &[u8]) -> Result<RootOps, Error> {
+    let mut reader = TableReader { bytes, table: "root table" };
+    let mut root = RootOps::new();
+    for _ in 0..reader.u32()? {
+        let len = reader.u32()?;
+        let key = std::str::from_utf8(reader.take(len)?).map_err(|_| reader.corrupt())?.to_string();
+        let mut ops = Vec::new();
+        for _ in 0..reader.u32()? {
+            let counter = reader.u64()?;
+            ops.push((counter, reader.actor()?));
+        }
+        root.insert(key, ops);
+    }
+    reader.finish()?;
+    Ok(root)
 }
 
 /// How many leading bytes of a stored value hold its header (fixed part and heads), read
@@ -209,7 +283,8 @@ pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
                 None => None,
             };
             let clock = decode_clock(section(v2.actors_len)?)?;
-            Some(Kept { max_op: v2.max_op, appended_changes: v2.appended_changes, json, clock })
+            let root = decode_root(section(v2.root_len)?)?;
+            Some(Kept { max_op: v2.max_op, appended_changes: v2.appended_changes, json, clock, root })
         }
     };
     let payload = &stored[at..];
@@ -233,6 +308,7 @@ struct V2Fields {
     max_op: u64,
     appended_changes: u32,
     actors_len: usize,
+    root_len: usize,
 }
 
 fn split(stored: &[u8]) -> Result<Fields, Error> {
@@ -277,6 +353,7 @@ fn split(stored: &[u8]) -> Result<Fields, Error> {
                 max_op: read_u64(stored, 28),
                 appended_changes: read_u32(stored, 36),
                 actors_len: read_u32(stored, 44) as usize,
+                root_len: read_u32(stored, 48) as usize,
             };
             ((stored[1] & FLAG_JSON != 0).then_some(json_len), Some(v2))
         }
@@ -311,7 +388,8 @@ mod tests {
 
     fn kept(json: Option<&str>) -> Kept<'_> {
         let clock = [(ActorId::from([1u8; 16]), (3, ChangeHash([9; 32]))), (ActorId::from(&[2u8][..]), (1, ChangeHash([8; 32])))];
-        Kept { max_op: 99, appended_changes: 2, json, clock: clock.into_iter().collect() }
+        let root = [("title".to_string(), vec![(7, ActorId::from([1u8; 16]))]), ("x".to_string(), vec![])];
+        Kept { max_op: 99, appended_changes: 2, json, clock: clock.into_iter().collect(), root: root.into_iter().collect() }
     }
 
     const PAYLOAD: &[u8] = &[0x85, 0x6f, 0x4a, 0x83, 1, 2, 3];
@@ -321,7 +399,7 @@ mod tests {
         let stored = encode(&summary(2), &kept(Some("{}")), PAYLOAD);
         assert_eq!(stored[0], FORMAT_VERSION);
         assert_eq!(stored[1], 1);
-        assert_eq!(&stored[4..8], &(48u32 + 64).to_le_bytes());
+        assert_eq!(&stored[4..8], &(52u32 + 64).to_le_bytes());
         assert_eq!(&stored[8..16], &7u64.to_le_bytes());
         assert_eq!(&stored[16..24], &1234u64.to_le_bytes());
         assert_eq!(&stored[24..28], &2u32.to_le_bytes());
@@ -330,8 +408,10 @@ mod tests {
         assert_eq!(&stored[40..44], &2u32.to_le_bytes());
         let actors_len = 4 + (4 + 1 + 8 + 32) + (4 + 16 + 8 + 32);
         assert_eq!(&stored[44..48], &(actors_len as u32).to_le_bytes());
-        assert_eq!(&stored[48 + 64..48 + 66], b"{}");
-        assert_eq!(&stored[48 + 66 + actors_len..], PAYLOAD);
+        let root_len = 4 + (4 + 5 + 4 + 8 + 4 + 16) + (4 + 1 + 4);
+        assert_eq!(&stored[48..52], &(root_len as u32).to_le_bytes());
+        assert_eq!(&stored[52 + 64..52 + 66], b"{}");
+        assert_eq!(&stored[52 + 66 + actors_len + root_len..], PAYLOAD);
     }
 
     #[test]
@@ -379,7 +459,7 @@ mod tests {
     #[test]
     fn refuses_inconsistent_headers() {
         let good = encode(&summary(3), &kept(Some("{}")), PAYLOAD);
-        let actors_at = 48 + 96 + 2;
+        let actors_at = 52 + 96 + 2;
         let mut cases: Vec<(&str, Vec<u8>)> = vec![
             ("empty", vec![]),
             ("truncated header", good[..20].to_vec()),
@@ -393,6 +473,8 @@ mod tests {
             ("JSON length", { let mut v = good.clone(); v[40..44].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
             ("actor count", { let mut v = good.clone(); v[actors_at] = 9; v }),
             ("actor id length", { let mut v = good.clone(); v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
+            ("root key count", { let mut v = good.clone(); v[actors_at + 4 + 45 + 60] = 9; v }),
+            ("root key not UTF-8", { let mut v = good.clone(); v[actors_at + 4 + 45 + 60 + 8] = 0xff; v }),
             ("version 1 with flags", {
                 let mut v = fixtures::legacy::format_version_1(&automerge::Automerge::new());
                 v[1] = 1;
@@ -413,7 +495,7 @@ mod tests {
     fn the_header_and_json_alone_can_be_read() {
         let stored = encode(&summary(2), &kept(Some("[1]")), PAYLOAD);
         let len = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
-        assert_eq!(len, 48 + 64);
+        assert_eq!(len, 52 + 64);
         assert_eq!(decode_header(&stored[..len]).unwrap(), (FORMAT_VERSION, summary(2)));
         assert!(decode_header(&stored[..len - 1]).is_err());
         let end = json_end(&stored[..HEADER_PREFIX_LEN]).unwrap();
@@ -438,7 +520,7 @@ mod tests {
                 heads: heads.into_iter().map(ChangeHash).collect(),
             };
             let clock = actors.into_iter().map(|(actor, (seq, hash))| (ActorId::from(actor), (seq, ChangeHash(hash)))).collect();
-            let kept = Kept { max_op, appended_changes: 0, json: json.as_deref(), clock };
+            let kept = Kept { max_op, appended_changes: 0, json: json.as_deref(), clock, root: RootOps::new() };
             let mut payload = AUTOMERGE_MAGIC.to_vec();
             payload.extend(tail);
             let stored = encode(&summary, &kept, &payload);

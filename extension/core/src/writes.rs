@@ -4,15 +4,17 @@
 //!
 //! - a merge where one side already contains the other returns that side;
 //! - changes that follow the stored document (each new, its actor's next, its
-//!   dependencies in the document) are appended to the stored payload without a load,
-//!   up to `append_limit` of them since the last save. The kept JSON follows them when
-//!   they only set scalar values at the root of a document they had all of; otherwise it
-//!   is dropped, and reads load until a write that loads re-saves the document.
+//!   dependencies in the document) and only put scalar values on, or delete, root keys,
+//!   replacing what the header shows each key holds, are appended to the stored payload
+//!   without a load, up to `append_limit` of them since the last save, and the kept JSON
+//!   follows them. Other changes (text and list edits, nested objects) are applied to the
+//!   loaded document: appending what the header cannot check could store a value that no
+//!   later load accepts.
 
 use std::collections::BTreeSet;
 
 use automerge::legacy::{Key, ObjectId, OpType};
-use automerge::{Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
+use automerge::{ActorId, Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 use serde_json::Value as Json;
 
 use crate::document::{contains, load_stored, to_stored, WriteSettings};
@@ -122,9 +124,15 @@ fn append(
     settings.load_limit.check(incoming)?;
     let Some(parsed) = parse_changes(changes) else { return Ok(None) };
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
-    let mut kept = Kept { json: kept.json, clock: kept.clock.clone(), ..*kept };
+    let mut kept = kept.clone();
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
-    let mut json = kept.json.map(Patch::Pending);
+    let mut json = match kept.json {
+        Some(text) if settings.keep_json => match serde_json::from_str(text) {
+            Ok(Json::Object(map)) => Some(map),
+            _ => None,
+        },
+        _ => None,
+    };
     for change in &parsed {
         let hash = change.hash();
         let latest = kept.clock.get(change.actor_id()).copied();
@@ -138,7 +146,22 @@ fn append(
         if change.seq() != next_seq || !deps_known || !loads_after(change, latest, &new, &kept.clock, value) {
             return Ok(None);
         }
-        json = json.and_then(|json| json.follow(change, &heads, kept.max_op));
+        // Only operations checked against what the header knows are appended: a change
+        // that names an object, element or operation the document lacks would be stored
+        // and make every later load fail.
+        let Some(puts) = root_puts(change, &kept) else { return Ok(None) };
+        for (key, op, value) in puts {
+            match value {
+                Some(value) => {
+                    kept.root.insert(key.clone(), vec![op]);
+                    json.as_mut().map(|map| map.insert(key, value));
+                }
+                None => {
+                    kept.root.remove(&key);
+                    json.as_mut().map(|map| map.remove(&key));
+                }
+            }
+        }
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
         kept.clock.insert(change.actor_id().clone(), (change.seq(), hash));
@@ -153,11 +176,8 @@ fn append(
     if appended_changes > settings.append_limit {
         return Ok(None);
     }
-    let patched = match (settings.keep_json, json) {
-        (true, Some(patch)) => patch.finish()?,
-        _ => None,
-    };
-    let kept = Kept { appended_changes, json: patched.as_deref(), ..kept };
+    let json = json.map(|map| Json::Object(map).to_string());
+    let kept = Kept { appended_changes, json: json.as_deref(), ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -168,6 +188,44 @@ fn append(
         payload.extend_from_slice(change.raw_bytes());
     }
     Ok(Some(format::encode(&summary, &kept, &payload)))
+}
+
+/// What a change does to root keys, as (key, its operation, the new JSON value or `None`
+/// for a delete), when that is all it does and the header shows it is sound: every
+/// operation puts a scalar on, or deletes, a root key, and replaces exactly the operations
+/// the key shows (its author saw them all), and its counters are above every operation of
+/// the document (so none is reused). The key then shows the new value alone, as on a load.
+fn root_puts(change: &Change, kept: &Kept<'_>) -> Option<Vec<(String, (u64, ActorId), Option<Json>)>> {
+    let start = change.start_op().get();
+    if start <= kept.max_op {
+        return None;
+    }
+    let ops = no_panic(|| change.decode()).ok()?.operations;
+    let mut shown = kept.root.clone();
+    let mut puts = Vec::with_capacity(ops.len());
+    for (index, op) in ops.into_iter().enumerate() {
+        let id = (start + index as u64, change.actor_id().clone());
+        let (ObjectId::Root, Key::Map(key), false) = (&op.obj, &op.key, op.insert) else { return None };
+        let key = key.to_string();
+        let mut pred: Vec<(u64, ActorId)> = op.pred.iter().map(|p| (p.counter(), p.actor().clone())).collect();
+        let mut current = shown.get(&key).cloned().unwrap_or_default();
+        pred.sort();
+        current.sort();
+        if pred != current {
+            return None;
+        }
+        let value = match op.action {
+            OpType::Put(scalar) => Some(json::scalar(&scalar)),
+            OpType::Delete => None,
+            _ => return None,
+        };
+        match value {
+            Some(_) => shown.insert(key.clone(), vec![id.clone()]),
+            None => shown.remove(&key),
+        };
+        puts.push((key, id, value));
+    }
+    Some(puts)
 }
 
 /// Whether a change that follows the header also passes what Automerge checks when it
@@ -234,50 +292,6 @@ fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
         rest = after;
     }
     Some(changes)
-}
-
-/// The kept JSON following appended changes: edited only for what it can follow exactly.
-enum Patch<'a> {
-    /// Not edited yet.
-    Pending(&'a str),
-    Edited(serde_json::Map<String, Json>),
-}
-
-impl<'a> Patch<'a> {
-    /// The JSON after `change`, or `None` when it cannot follow. It can when the change
-    /// was made on exactly the document's current heads (its author saw every operation)
-    /// and only puts scalar values on root keys: its operations then have counters above
-    /// all others, so each wins its key as Automerge's `get` picks winners.
-    fn follow(self, change: &Change, heads: &BTreeSet<ChangeHash>, max_op: u64) -> Option<Patch<'a>> {
-        let on_heads = change.deps().len() == heads.len() && change.deps().iter().all(|dep| heads.contains(dep));
-        if !on_heads || change.start_op().get() <= max_op {
-            return None;
-        }
-        let ops = no_panic(|| change.decode()).ok()?.operations;
-        let puts = ops
-            .into_iter()
-            .map(|op| match (op.obj, op.key, op.action, op.insert) {
-                (ObjectId::Root, Key::Map(key), OpType::Put(value), false) => Some((key.to_string(), json::scalar(&value))),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let mut map = match self {
-            Patch::Pending(text) => match serde_json::from_str(text).ok()? {
-                Json::Object(map) => map,
-                _ => return None,
-            },
-            Patch::Edited(map) => map,
-        };
-        map.extend(puts);
-        Some(Patch::Edited(map))
-    }
-
-    fn finish(self) -> Result<Option<String>, Error> {
-        Ok(Some(match self {
-            Patch::Pending(text) => text.to_string(),
-            Patch::Edited(map) => Json::Object(map).to_string(),
-        }))
-    }
 }
 
 /// What loading several inputs into one document is estimated to take.
@@ -428,16 +442,33 @@ mod tests {
     }
 
     #[test]
-    fn a_text_edit_is_appended_and_drops_the_kept_json() {
+    fn a_text_edit_is_loaded_and_applied_and_the_json_kept() {
         let (mut client, stored) = titled();
         let heads = client.get_heads();
         let text = client.get(ROOT, "text").unwrap().unwrap().1;
         client.splice_text(&text, 5, 0, " world").unwrap();
         let written = apply(&stored, &client.save_after(&heads), WriteSettings::UNLIMITED).unwrap();
-        assert_eq!(appended(&written), 1);
-        assert_eq!(kept_json(&written), None);
-        let json = crate::document::json_text(&written).unwrap();
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap()["text"], "hello world");
+        assert_eq!(appended(&written), 0, "saved anew");
+        assert_eq!(kept_json(&written).unwrap()["text"], "hello world");
+    }
+
+    #[test]
+    fn a_put_that_does_not_replace_what_a_root_key_shows_is_loaded_and_applied() {
+        let (mut client, stored) = titled();
+        // Two clients set the title concurrently: the second one's put does not replace the
+        // first one's, so the key shows both and Automerge picks the winner.
+        let mut first = client.fork().with_actor(ActorId::from([3; 16]));
+        let mut second = client.fork().with_actor(ActorId::from([4; 16]));
+        let heads = first.get_heads();
+        first.put(ROOT, "title", "First").unwrap();
+        second.put(ROOT, "title", "Second").unwrap();
+        let stored = apply(&stored, &first.save_after(&heads), WriteSettings::UNLIMITED).unwrap();
+        assert_eq!(appended(&stored), 1);
+        let written = apply(&stored, &second.save_after(&heads), WriteSettings::UNLIMITED).unwrap();
+        assert_eq!(appended(&written), 0, "saved anew");
+        let title = kept_json(&written).unwrap()["title"].clone();
+        assert!(title == "First" || title == "Second", "{title}");
+        assert_eq!(kept_json(&written).unwrap(), loaded_json(&written));
     }
 
     #[test]

@@ -96,6 +96,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
     if !matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
         return;
     }
+    pg_automerge_core::cache::clear();
     let freed = memory::take_freed_since_trim() as u64;
     let threshold = TRIM_THRESHOLD.get();
     if threshold >= 0 && freed > threshold as u64 * MB {
