@@ -75,6 +75,13 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
 /// Automerge's save refuses (panics on) documents it considers inconsistent, such as one
 /// listing an actor that no change uses.
 pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
+    let saved = no_panic(|| doc.save()).map_err(Error::NotAutomerge)?;
+    encode_loaded(doc, keep_json, &saved, 0)
+}
+
+/// The stored form of `doc`, whose Automerge bytes are `payload` (a save, then
+/// `appended_changes` change chunks).
+fn encode_loaded(doc: &Automerge, keep_json: bool, payload: &[u8], appended_changes: u32) -> Result<Vec<u8>, Error> {
     let json = match keep_json {
         true => match json::document(doc, None) {
             Ok(json) => Some(json.to_string()),
@@ -84,8 +91,27 @@ pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
         false => None,
     };
     let (summary, kept) = summarize(doc);
-    let kept = Kept { json: json.as_deref(), ..kept };
-    no_panic(|| format::encode(&summary, &kept, &doc.save())).map_err(Error::NotAutomerge)
+    let kept = Kept { json: json.as_deref(), appended_changes, ..kept };
+    Ok(format::encode(&summary, &kept, payload))
+}
+
+/// How many change chunks follow the document chunk that `bytes` start with, when that is
+/// all they hold: the shape of a save, and of a stored payload with changes appended.
+fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
+    let (first, _, mut rest) = estimate::chunk(bytes).ok()?;
+    if first != estimate::DOCUMENT {
+        return None;
+    }
+    let mut changes = 0u32;
+    while !rest.is_empty() {
+        let (chunk_type, _, after) = estimate::chunk(rest).ok()?;
+        if !matches!(chunk_type, estimate::CHANGE | estimate::COMPRESSED_CHANGE) {
+            return None;
+        }
+        changes = changes.checked_add(1)?;
+        rest = after;
+    }
+    Some(changes)
 }
 
 /// The most memory a load may be estimated to take (`pg_automerge.max_load_memory`).
@@ -146,7 +172,12 @@ pub fn stored_from_client_bytes(bytes: &[u8], settings: WriteSettings) -> Result
     let before = memory::usage().allocated_bytes;
     let doc = load_client_bytes(bytes)?;
     let kept_bytes = memory::usage().allocated_bytes.saturating_sub(before) as u64;
-    let stored = to_stored(&doc, settings.keep_json)?;
+    // A save, with or without changes after it, is stored as it came: the load checked it,
+    // and a dump restores byte for byte. Anything else is stored as the document it makes.
+    let stored = match changes_after_a_save(bytes) {
+        Some(changes) => encode_loaded(&doc, settings.keep_json, bytes, changes)?,
+        None => to_stored(&doc, settings.keep_json)?,
+    };
     cache::keep(doc.get_heads(), doc, kept_bytes, settings.cache_budget);
     Ok(stored)
 }
@@ -300,5 +331,25 @@ mod tests {
         assert!(has_changes(&stored, &first).unwrap(), "a load can");
         assert!(has_changes(&stored, &[]).unwrap());
         assert!(!has_changes(&stored, &[second[0], other.get_heads()[0]]).unwrap());
+    }
+
+    #[test]
+    fn a_save_with_changes_after_it_is_stored_as_it_came() {
+        let mut doc = doc_with_title(1, "one");
+        let saved = doc.save();
+        let heads = doc.get_heads();
+        let mut tx = doc.transaction();
+        tx.put(ROOT, "title", "two").unwrap();
+        tx.commit_with(CommitOptions::default().with_time(0));
+        let mut payload = saved.clone();
+        payload.extend_from_slice(&doc.save_after(&heads));
+        let stored = stored_from_client_bytes(&payload, WriteSettings::UNLIMITED).unwrap();
+        assert_eq!(client_bytes(&stored).unwrap(), &payload[..]);
+        assert_eq!(format::decode(&stored).unwrap().kept.unwrap().appended_changes, 1);
+        // Changes alone are stored as the document they make.
+        let changes = doc.save_after(&[]);
+        let stored = stored_from_client_bytes(&changes, WriteSettings::UNLIMITED).unwrap();
+        assert_eq!(client_bytes(&stored).unwrap(), &doc.save()[..]);
+        assert_eq!(format::decode(&stored).unwrap().kept.unwrap().appended_changes, 0);
     }
 }

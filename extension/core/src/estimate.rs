@@ -170,7 +170,7 @@ pub fn estimate_applied(stored: &LoadEstimate) -> LoadEstimate {
     }
 }
 
-const DOCUMENT: u8 = 0;
+pub(crate) const DOCUMENT: u8 = 0;
 pub(crate) const CHANGE: u8 = 1;
 pub(crate) const COMPRESSED_CHANGE: u8 = 2;
 const BUNDLE: u8 = 3;
