@@ -375,9 +375,9 @@ fn benches(c: &mut Criterion) {
 struct FixtureRows {
     name: String,
     kind: Kind,
-    /// Of `{docs}`, fast path first.
+    /// Of `{docs}`, by `Path` (in `Path::BOTH`'s order).
     authors: [RefCell<Author>; 2],
-    /// Of `{docs}_generated`, fast path first.
+    /// Of `{docs}_generated`, by `Path`.
     generated_authors: [RefCell<Author>; 2],
     /// The fixture's JSON, which the jsonb upsert writes with a new title.
     json: serde_json::Value,
@@ -401,11 +401,11 @@ impl FixtureRows {
     }
 
     fn author(&self, path: Path) -> RefMut<'_, Author> {
-        self.authors[Path::BOTH.iter().position(|&p| p == path).unwrap()].borrow_mut()
+        self.authors[path as usize].borrow_mut()
     }
 
     fn generated_author(&self, path: Path) -> RefMut<'_, Author> {
-        self.generated_authors[Path::BOTH.iter().position(|&p| p == path).unwrap()].borrow_mut()
+        self.generated_authors[path as usize].borrow_mut()
     }
 
     /// The next title, or words, a jsonb write writes.
