@@ -8,14 +8,14 @@ use benches::{
 };
 use criterion::{BenchmarkId, Criterion};
 use fixtures::generated::Kind;
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes, to_stored, LoadLimit};
+use pg_automerge_core::document::{load_stored, stored_from_client_bytes, to_stored, WriteSettings};
 use pg_automerge_core::memory::CountingAllocator;
 use pg_automerge_core::{history, json, spans, writes};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-const NO_LIMIT: LoadLimit = LoadLimit(None);
+const NO_LIMIT: WriteSettings = WriteSettings::UNLIMITED;
 
 /// A fixture as the extension stores it.
 fn stored(fixture: &Fixture) -> Vec<u8> {
@@ -105,7 +105,7 @@ fn benches(c: &mut Criterion) {
         "save",
         &histories,
         |f| Automerge::load(&f.save).unwrap(),
-        |doc| Box::new(to_stored(doc).unwrap()),
+        |doc| Box::new(to_stored(doc, true).unwrap()),
         |doc| Box::new(doc.save()),
     );
     compare(

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pg_automerge_core::document::{stored_from_client_bytes, LoadLimit};
+use pg_automerge_core::document::{stored_from_client_bytes, WriteSettings};
 
 use crate::mutate::Rng;
 use crate::targets::Failure;
@@ -67,7 +67,7 @@ pub struct Summary {
 pub fn bases() -> Vec<Vec<u8>> {
     fixtures::samples()
         .iter()
-        .map(|s| stored_from_client_bytes(&s.doc.save(), LoadLimit::NONE).expect("a valid sample"))
+        .map(|s| stored_from_client_bytes(&s.doc.save(), WriteSettings::UNLIMITED).expect("a valid sample"))
         .collect()
 }
 

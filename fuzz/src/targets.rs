@@ -5,13 +5,13 @@
 use std::panic::{self, AssertUnwindSafe};
 
 use automerge::{Automerge, ChangeHash, ObjId, ObjType, ReadDoc, ValueRef, ROOT};
-use pg_automerge_core::document::{self, LoadLimit};
+use pg_automerge_core::document::{self, LoadLimit, WriteSettings};
 use pg_automerge_core::estimate::{estimate_client_bytes, estimate_stored, LoadEstimate};
 use pg_automerge_core::{format, heads, history, json, memory, spans, text_form, writes, Error};
 
-/// The load limit the fuzzer runs under: low enough that what it lets through loads in
+/// The write settings (and load limit) the fuzzer runs under: low enough that what it lets through loads in
 /// well under a second, high enough for every seed.
-pub const LOAD_LIMIT: LoadLimit = LoadLimit(Some(64 << 20));
+pub const LOAD_LIMIT: WriteSettings = WriteSettings { load_limit: LoadLimit(Some(64 << 20)), ..WriteSettings::UNLIMITED };
 
 /// A load may reach this many times its estimate before it counts as a failure. The
 /// estimate is calibrated to be above every measured peak; twice leaves room for the
@@ -181,7 +181,7 @@ pub fn run(input: &[u8], base: &[u8]) -> Report {
 }
 
 fn within_limit(estimate: &Option<LoadEstimate>) -> bool {
-    estimate.is_some_and(|estimate| LOAD_LIMIT.check(&estimate).is_ok())
+    estimate.is_some_and(|estimate| LOAD_LIMIT.load_limit.check(&estimate).is_ok())
 }
 
 /// Every read of a stored value: JSON, changes, catch-up bytes and spans, now and as of

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pg_automerge_core::document::{stored_from_client_bytes, LoadLimit};
+use pg_automerge_core::document::{stored_from_client_bytes, WriteSettings};
 use pg_automerge_core::memory::CountingAllocator;
 use pg_automerge_core::ErrorKind;
 
@@ -34,7 +34,7 @@ fn inputs_that_made_automerge_panic_are_invalid_binary() {
         fuzz::seeds::regressions().into_iter().filter(|s| s.name.starts_with("panic-")).collect();
     assert!(!panics.is_empty());
     for seed in panics {
-        let err = stored_from_client_bytes(&seed.bytes, LoadLimit::NONE)
+        let err = stored_from_client_bytes(&seed.bytes, WriteSettings::UNLIMITED)
             .expect_err(&format!("{} was accepted", seed.name));
         assert_eq!(err.kind(), ErrorKind::InvalidBinary, "{}: {err}", seed.name);
     }

@@ -15,8 +15,10 @@ const EXTENSION: &str = "pg_automerge";
 
 /// Every released version, oldest first, with the SHA-256 of its frozen install script:
 /// a released script never changes, and the tidy test holds it to this digest.
-pub const RELEASES: &[(&str, &str)] =
-    &[("0.1.0", "42b79e05404de9f694b6fa3fe1a65a72f886d4aae61f264e93ecf74ed4d86bff")];
+pub const RELEASES: &[(&str, &str)] = &[
+    ("0.1.0", "42b79e05404de9f694b6fa3fe1a65a72f886d4aae61f264e93ecf74ed4d86bff"),
+    ("0.2.0", "ff59eea797646745603ace46f4cb98de3726c984b77fe5eb34d4902f6e1712ea"),
+];
 
 pub fn sql_dir() -> PathBuf {
     project_root().join("extension/pg_automerge/sql")

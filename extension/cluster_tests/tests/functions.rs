@@ -80,3 +80,13 @@ fn aggregate_and_equality() {
          FROM sample_documents a, sample_documents b WHERE a.name <= b.name ORDER BY 1, 2;",
     );
 }
+
+#[test]
+fn storage() {
+    snapshot("storage", "SELECT name, s.* FROM sample_documents, automerge_storage(doc) AS s ORDER BY name;");
+    snapshot(
+        "compact",
+        "SELECT name, automerge_compact(doc) = doc AS same_heads, automerge_compact(doc)::bytea = doc::bytea AS same_bytes \
+         FROM sample_documents ORDER BY name;",
+    );
+}

@@ -1,9 +1,12 @@
 //! Turning client bytes into stored values and back.
 
+use std::borrow::Cow;
+
 use automerge::{Automerge, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 
 use crate::estimate::{self, LoadEstimate};
-use crate::format::{self, StoredValue, Summary};
+use crate::format::{self, ActorClock, Kept, StoredValue, Summary};
+use crate::json;
 use crate::guard::no_panic;
 use crate::memory;
 use crate::Error;
@@ -41,20 +44,40 @@ fn missing_dependencies(bytes: &[u8]) -> Vec<ChangeHash> {
         .unwrap_or_default()
 }
 
-/// What the stored header records about a loaded document.
-pub fn summarize(doc: &Automerge) -> Summary {
+/// What the stored header records about a loaded document, and what format 2 keeps for
+/// writes that do not load (the JSON aside).
+pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
     let changes = doc.get_changes_meta(&[]);
-    let op_count = changes
-        .iter()
-        .map(|change| (change.max_op + 1).saturating_sub(change.start_op))
-        .sum();
-    Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() }
+    let mut clock = ActorClock::new();
+    let (mut op_count, mut max_op) = (0u64, 0u64);
+    for change in &changes {
+        op_count += (change.max_op + 1).saturating_sub(change.start_op);
+        max_op = max_op.max(change.max_op);
+        let latest = clock.entry(change.actor.clone().into_owned()).or_insert((0, change.hash));
+        if change.seq >= latest.0 {
+            *latest = (change.seq, change.hash);
+        }
+    }
+    let summary = Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() };
+    (summary, Kept { max_op, appended_changes: 0, json: None, clock })
 }
 
-/// The stored form of a loaded document. Automerge's save refuses (panics on) documents
-/// it considers inconsistent, such as one listing an actor that no change uses.
-pub fn to_stored(doc: &Automerge) -> Result<Vec<u8>, Error> {
-    no_panic(|| format::encode(&summarize(doc), &doc.save())).map_err(Error::NotAutomerge)
+/// The stored form of a loaded document, keeping its JSON when `keep_json` (a document too
+/// deeply nested for JSON is stored without it: reading it as JSON fails either way).
+/// Automerge's save refuses (panics on) documents it considers inconsistent, such as one
+/// listing an actor that no change uses.
+pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
+    let json = match keep_json {
+        true => match json::document(doc, None) {
+            Ok(json) => Some(json.to_string()),
+            Err(Error::TooDeep { .. }) => None,
+            Err(other) => return Err(other),
+        },
+        false => None,
+    };
+    let (summary, kept) = summarize(doc);
+    let kept = Kept { json: json.as_deref(), ..kept };
+    no_panic(|| format::encode(&summary, &kept, &doc.save())).map_err(Error::NotAutomerge)
 }
 
 /// The most memory a load may be estimated to take (`pg_automerge.max_load_memory`).
@@ -75,10 +98,41 @@ impl LoadLimit {
     }
 }
 
+/// How many changes a write may append by default (`pg_automerge.append_limit`).
+pub const DEFAULT_APPEND_LIMIT: u32 = 64;
+
+/// How writes load and store documents; the adapter fills it from the `pg_automerge.*`
+/// settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteSettings {
+    /// `max_load_memory`.
+    pub load_limit: LoadLimit,
+    /// `keep_jsonb`: keep the document's JSON in what is stored, so reads need no load.
+    pub keep_json: bool,
+    /// `append_limit`: how many changes may sit appended after the last save before a
+    /// write loads and re-saves the document; 0 makes every write load.
+    pub append_limit: u32,
+}
+
+impl WriteSettings {
+    /// The defaults with no load limit: for tests, benchmarks and tools.
+    pub const UNLIMITED: WriteSettings =
+        WriteSettings { load_limit: LoadLimit::NONE, keep_json: true, append_limit: DEFAULT_APPEND_LIMIT };
+}
+
 /// Validates client bytes, within the load limit, and returns their stored form.
-pub fn stored_from_client_bytes(bytes: &[u8], limit: LoadLimit) -> Result<Vec<u8>, Error> {
-    limit.check(&estimate::estimate_client_bytes(bytes)?)?;
-    to_stored(&load_client_bytes(bytes)?)
+pub fn stored_from_client_bytes(bytes: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
+    settings.load_limit.check(&estimate::estimate_client_bytes(bytes)?)?;
+    to_stored(&load_client_bytes(bytes)?, settings.keep_json)
+}
+
+/// The document as JSON text: the kept JSON when the value has it, else from a load. Reads
+/// the value's leading bytes only when that answers (see [`format::json_end`]).
+pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
+    if let Some(json) = format::decode_json(stored)? {
+        return Ok(Cow::Borrowed(json));
+    }
+    Ok(Cow::Owned(json::document(&load_stored(stored)?, None)?.to_string()))
 }
 
 /// The Automerge bytes of a stored value, as clients load them: no load needed.
@@ -112,7 +166,7 @@ mod tests {
     fn empty_input_is_the_empty_document() {
         let doc = load_client_bytes(&[]).unwrap();
         assert!(doc.get_heads().is_empty());
-        let stored = to_stored(&doc).unwrap();
+        let stored = to_stored(&doc, true).unwrap();
         let value = format::decode(&stored).unwrap();
         assert_eq!(value.summary, Summary { change_count: 0, op_count: 0, heads: vec![] });
         assert!(load_stored(&stored).unwrap().get_heads().is_empty());
@@ -122,7 +176,7 @@ mod tests {
     fn stores_a_save_unchanged_with_its_summary() {
         let doc = doc_with_title(1, "hello");
         let saved = doc.save();
-        let stored = stored_from_client_bytes(&saved, LoadLimit::NONE).unwrap();
+        let stored = stored_from_client_bytes(&saved, WriteSettings::UNLIMITED).unwrap();
         assert_eq!(client_bytes(&stored).unwrap(), &saved[..]);
         let value = format::decode(&stored).unwrap();
         assert_eq!(value.summary.change_count, 1);

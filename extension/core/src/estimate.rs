@@ -171,8 +171,8 @@ pub fn estimate_applied(stored: &LoadEstimate) -> LoadEstimate {
 }
 
 const DOCUMENT: u8 = 0;
-const CHANGE: u8 = 1;
-const COMPRESSED_CHANGE: u8 = 2;
+pub(crate) const CHANGE: u8 = 1;
+pub(crate) const COMPRESSED_CHANGE: u8 = 2;
 const BUNDLE: u8 = 3;
 const HASH_LEN: u64 = 32;
 /// Other actors and columns of a change chunk that the cost of a change covers.
@@ -265,7 +265,7 @@ impl Counts {
 }
 
 /// Splits off the first chunk: its type, its data and the rest of the input.
-fn chunk(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
+pub(crate) fn chunk(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
     if !input.starts_with(&AUTOMERGE_MAGIC[..input.len().min(4)]) {
         return Err(not_automerge("missing the Automerge magic bytes"));
     }

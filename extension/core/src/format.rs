@@ -5,32 +5,49 @@
 //! layout can change in later versions while old values stay readable. All integers
 //! are little-endian.
 //!
-//! Version 1:
+//! Version 2 (written by 0.3.0 and later) keeps, beside the summary, what lets reads and
+//! small writes skip the load: the document's JSON, and each actor's latest change.
 //!
-//! | offset   | size | field                                           |
-//! |----------|------|-------------------------------------------------|
-//! | 0        | 1    | format version (1)                              |
-//! | 1        | 1    | flags (0; reserved)                             |
-//! | 2        | 2    | reserved (0)                                    |
-//! | 4        | 4    | header length `h`: where the payload starts     |
-//! | 8        | 8    | number of changes                               |
-//! | 16       | 8    | number of operations                            |
-//! | 24       | 4    | number of heads `n`                             |
-//! | 28       | 32·n | the heads (change hashes), sorted               |
-//! | h        | rest | payload: the document's Automerge `save()`      |
+//! | offset   | size | field                                                   |
+//! |----------|------|---------------------------------------------------------|
+//! | 0        | 1    | format version (2)                                      |
+//! | 1        | 1    | flags: bit 0 set when the JSON is kept                  |
+//! | 2        | 2    | reserved (0)                                            |
+//! | 4        | 4    | header length `h`: fixed part and heads                 |
+//! | 8        | 8    | number of changes                                       |
+//! | 16       | 8    | number of operations                                    |
+//! | 24       | 4    | number of heads `n`                                     |
+//! | 28       | 8    | largest operation counter                               |
+//! | 36       | 4    | changes appended after the last save                    |
+//! | 40       | 4    | JSON length `j` (0 when not kept)                       |
+//! | 44       | 4    | actor table length `a`                                  |
+//! | 48       | 32·n | the heads (change hashes), sorted                       |
+//! | h        | j    | the document as JSON text (UTF-8), when kept            |
+//! | h+j      | a    | actor table: count (4), then per actor its id's length  |
+//! |          |      | (4), the id, its latest change's sequence number (8)    |
+//! |          |      | and hash (32), sorted by id                             |
+//! | h+j+a    | rest | payload: an Automerge `save()`, then any change chunks  |
+//! |          |      | appended since                                          |
+//!
+//! Version 1 (0.1.0 and 0.2.0; read, never written): the first 28 bytes as above with
+//! flags 0, the heads at 28, the payload (a `save()`) at `h`.
 
-use automerge::ChangeHash;
+use std::collections::BTreeMap;
+
+use automerge::{ActorId, ChangeHash};
 
 use crate::Error;
 
 /// The version this build writes. It reads every version up to this one.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 /// The first bytes of every Automerge chunk, which a stored payload must start with.
 pub const AUTOMERGE_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 
-const FIXED_HEADER_LEN: usize = 28;
+const V1_FIXED_LEN: usize = 28;
+const FIXED_HEADER_LEN: usize = 48;
 const HASH_LEN: usize = 32;
+const FLAG_JSON: u8 = 1;
 
 /// What the header records about the document in the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,39 +58,109 @@ pub struct Summary {
     pub heads: Vec<ChangeHash>,
 }
 
+/// Each actor's latest change: its sequence number and hash. With it a write can tell
+/// that a change is new and follows what the document has, without loading it.
+pub type ActorClock = BTreeMap<ActorId, (u64, ChangeHash)>;
+
+/// What format 2 keeps beside the summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept<'a> {
+    /// The largest operation counter in the document.
+    pub max_op: u64,
+    /// Change chunks appended to the payload since its `save()`.
+    pub appended_changes: u32,
+    /// The document as JSON, when kept and current.
+    pub json: Option<&'a str>,
+    pub clock: ActorClock,
+}
+
 /// A stored value split into its header fields and the Automerge bytes, borrowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredValue<'a> {
     pub version: u8,
     pub summary: Summary,
+    /// `None` for a version 1 value, which keeps nothing else.
+    pub kept: Option<Kept<'a>>,
     pub payload: &'a [u8],
 }
 
-/// Writes the stored form of a document's `save()` bytes and their summary.
-pub fn encode(summary: &Summary, payload: &[u8]) -> Vec<u8> {
+/// Writes the stored form (the current version) of a document's Automerge bytes.
+pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     let header_len = FIXED_HEADER_LEN + HASH_LEN * summary.heads.len();
-    let mut out = Vec::with_capacity(header_len + payload.len());
+    let json = kept.json.unwrap_or("").as_bytes();
+    let actors = encode_clock(&kept.clock);
+    let mut out = Vec::with_capacity(header_len + json.len() + actors.len() + payload.len());
     out.push(FORMAT_VERSION);
-    out.push(0);
+    out.push(if kept.json.is_some() { FLAG_JSON } else { 0 });
     out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(&to_u32(header_len).to_le_bytes());
     out.extend_from_slice(&summary.change_count.to_le_bytes());
     out.extend_from_slice(&summary.op_count.to_le_bytes());
     out.extend_from_slice(&to_u32(summary.heads.len()).to_le_bytes());
+    out.extend_from_slice(&kept.max_op.to_le_bytes());
+    out.extend_from_slice(&kept.appended_changes.to_le_bytes());
+    out.extend_from_slice(&to_u32(json.len()).to_le_bytes());
+    out.extend_from_slice(&to_u32(actors.len()).to_le_bytes());
     for head in &summary.heads {
         out.extend_from_slice(&head.0);
     }
+    out.extend_from_slice(json);
+    out.extend_from_slice(&actors);
     out.extend_from_slice(payload);
     out
 }
 
-/// How many leading bytes of a stored value hold its header: the fixed part first, then,
-/// once that is read, the whole header. Lets callers fetch only a header from TOAST.
+fn encode_clock(clock: &ActorClock) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&to_u32(clock.len()).to_le_bytes());
+    for (actor, (seq, hash)) in clock {
+        out.extend_from_slice(&to_u32(actor.to_bytes().len()).to_le_bytes());
+        out.extend_from_slice(actor.to_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&hash.0);
+    }
+    out
+}
+
+fn decode_clock(mut bytes: &[u8]) -> Result<ActorClock, Error> {
+    let corrupt = || Error::CorruptStoredValue("bad actor table".into());
+    let mut take = |n: usize| -> Result<&[u8], Error> {
+        let (head, rest) = bytes.split_at_checked(n).ok_or_else(corrupt)?;
+        bytes = rest;
+        Ok(head)
+    };
+    let count = read_u32(take(4)?, 0);
+    let mut clock = ActorClock::new();
+    for _ in 0..count {
+        let len = read_u32(take(4)?, 0) as usize;
+        let actor = ActorId::from(take(len)?);
+        let seq = read_u64(take(8)?, 0);
+        let hash = ChangeHash(take(HASH_LEN)?.try_into().expect("32 bytes"));
+        clock.insert(actor, (seq, hash));
+    }
+    if !bytes.is_empty() {
+        return Err(corrupt());
+    }
+    Ok(clock)
+}
+
+/// How many leading bytes of a stored value hold its header (fixed part and heads), read
+/// from its first [`HEADER_PREFIX_LEN`] bytes. Lets callers fetch only a header from TOAST.
 pub fn header_len(prefix: &[u8]) -> Option<usize> {
-    if prefix.len() < FIXED_HEADER_LEN {
+    let fixed = match prefix.first()? {
+        1 => V1_FIXED_LEN,
+        _ => FIXED_HEADER_LEN,
+    };
+    (prefix.len() >= fixed).then(|| read_u32(prefix, 4) as usize)
+}
+
+/// How many leading bytes hold the header and the kept JSON, read from the first
+/// [`HEADER_PREFIX_LEN`] bytes; `None` when the value keeps no JSON (or is not version 2).
+pub fn json_end(prefix: &[u8]) -> Option<usize> {
+    if prefix.len() < FIXED_HEADER_LEN || prefix[0] != 2 || prefix[1] & FLAG_JSON == 0 {
         return None;
     }
-    Some(read_u32(prefix, 4) as usize)
+    (read_u32(prefix, 4) as usize).checked_add(read_u32(prefix, 40) as usize)
 }
 
 /// The bytes to fetch first to learn the header's length.
@@ -81,35 +168,87 @@ pub const HEADER_PREFIX_LEN: usize = FIXED_HEADER_LEN;
 
 /// Reads only the header: what `decode` checks, but without the payload.
 pub fn decode_header(header: &[u8]) -> Result<(u8, Summary), Error> {
-    let (version, summary, _) = split(header)?;
-    Ok((version, summary))
+    let fields = split(header)?;
+    Ok((fields.version, fields.summary))
+}
+
+/// The JSON a value keeps, from its leading bytes (at least [`json_end`] of them); `None`
+/// when it keeps none.
+pub fn decode_json(leading: &[u8]) -> Result<Option<&str>, Error> {
+    let fields = split(leading)?;
+    match fields.json_len {
+        Some(len) => {
+            let json = leading
+                .get(fields.header_len..fields.header_len + len)
+                .ok_or_else(|| Error::CorruptStoredValue("shorter than its JSON".into()))?;
+            std::str::from_utf8(json)
+                .map(Some)
+                .map_err(|_| Error::CorruptStoredValue("kept JSON is not UTF-8".into()))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Reads a stored value's header and checks that it is consistent, without loading the
 /// document. Fails on anything this build did not write or cannot read.
 pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
-    let (version, summary, header_len) = split(stored)?;
-    let payload = &stored[header_len..];
+    let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
+    let fields = split(stored)?;
+    let mut at = fields.header_len;
+    let mut section = |len: usize| -> Result<&[u8], Error> {
+        let bytes = stored.get(at..at.saturating_add(len)).ok_or_else(|| corrupt("shorter than its sections"))?;
+        at += len;
+        Ok(bytes)
+    };
+    let kept = match fields.v2 {
+        None => None,
+        Some(v2) => {
+            let json = section(fields.json_len.unwrap_or(0))?;
+            let json = match fields.json_len {
+                Some(_) => Some(std::str::from_utf8(json).map_err(|_| corrupt("kept JSON is not UTF-8"))?),
+                None => None,
+            };
+            let clock = decode_clock(section(v2.actors_len)?)?;
+            Some(Kept { max_op: v2.max_op, appended_changes: v2.appended_changes, json, clock })
+        }
+    };
+    let payload = &stored[at..];
     if !payload.starts_with(&AUTOMERGE_MAGIC) {
-        return Err(Error::CorruptStoredValue("payload is not Automerge data".into()));
+        return Err(corrupt("payload is not Automerge data"));
     }
-    Ok(StoredValue { version, summary, payload })
+    Ok(StoredValue { version: fields.version, summary: fields.summary, kept, payload })
 }
 
-/// The header's fields and length, checked.
-fn split(stored: &[u8]) -> Result<(u8, Summary, usize), Error> {
+/// The header's fields, checked.
+struct Fields {
+    version: u8,
+    summary: Summary,
+    header_len: usize,
+    /// The JSON's length, when kept.
+    json_len: Option<usize>,
+    v2: Option<V2Fields>,
+}
+
+struct V2Fields {
+    max_op: u64,
+    appended_changes: u32,
+    actors_len: usize,
+}
+
+fn split(stored: &[u8]) -> Result<Fields, Error> {
     let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
-    if stored.len() < FIXED_HEADER_LEN {
+    let version = *stored.first().ok_or_else(|| corrupt("shorter than its header"))?;
+    let fixed_len = match version {
+        0 => return Err(corrupt("format version 0")),
+        1 => V1_FIXED_LEN,
+        2 => FIXED_HEADER_LEN,
+        _ => return Err(Error::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION }),
+    };
+    if stored.len() < fixed_len {
         return Err(corrupt("shorter than its header"));
     }
-    let version = stored[0];
-    if version == 0 {
-        return Err(corrupt("format version 0"));
-    }
-    if version > FORMAT_VERSION {
-        return Err(Error::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION });
-    }
-    if stored[1] != 0 || stored[2..4] != [0, 0] {
+    let known_flags = if version == 1 { 0 } else { FLAG_JSON };
+    if stored[1] & !known_flags != 0 || stored[2..4] != [0, 0] {
         return Err(corrupt("unknown flags"));
     }
     let header_len = read_u32(stored, 4) as usize;
@@ -118,16 +257,31 @@ fn split(stored: &[u8]) -> Result<(u8, Summary, usize), Error> {
     let head_count = read_u32(stored, 24) as usize;
     let expected_len = head_count
         .checked_mul(HASH_LEN)
-        .and_then(|len| len.checked_add(FIXED_HEADER_LEN))
+        .and_then(|len| len.checked_add(fixed_len))
         .ok_or_else(|| corrupt("impossible number of heads"))?;
     if header_len != expected_len || header_len > stored.len() {
         return Err(corrupt("header length does not match its heads"));
     }
-    let heads = stored[FIXED_HEADER_LEN..header_len]
+    let heads = stored[fixed_len..header_len]
         .chunks_exact(HASH_LEN)
         .map(|hash| ChangeHash(hash.try_into().expect("chunks_exact yields 32 bytes")))
         .collect();
-    Ok((version, Summary { change_count, op_count, heads }, header_len))
+    let (json_len, v2) = match version {
+        1 => (None, None),
+        _ => {
+            let json_len = read_u32(stored, 40) as usize;
+            if stored[1] & FLAG_JSON == 0 && json_len != 0 {
+                return Err(corrupt("JSON without its flag"));
+            }
+            let v2 = V2Fields {
+                max_op: read_u64(stored, 28),
+                appended_changes: read_u32(stored, 36),
+                actors_len: read_u32(stored, 44) as usize,
+            };
+            ((stored[1] & FLAG_JSON != 0).then_some(json_len), Some(v2))
+        }
+    };
+    Ok(Fields { version, summary: Summary { change_count, op_count, heads }, header_len, json_len, v2 })
 }
 
 fn to_u32(n: usize) -> u32 {
@@ -155,22 +309,65 @@ mod tests {
         }
     }
 
+    fn kept(json: Option<&str>) -> Kept<'_> {
+        let clock = [(ActorId::from([1u8; 16]), (3, ChangeHash([9; 32]))), (ActorId::from(&[2u8][..]), (1, ChangeHash([8; 32])))];
+        Kept { max_op: 99, appended_changes: 2, json, clock: clock.into_iter().collect() }
+    }
+
     const PAYLOAD: &[u8] = &[0x85, 0x6f, 0x4a, 0x83, 1, 2, 3];
 
     #[test]
     fn header_layout_is_as_documented() {
-        let stored = encode(&summary(2), PAYLOAD);
+        let stored = encode(&summary(2), &kept(Some("{}")), PAYLOAD);
         assert_eq!(stored[0], FORMAT_VERSION);
-        assert_eq!(&stored[4..8], &(28u32 + 64).to_le_bytes());
+        assert_eq!(stored[1], 1);
+        assert_eq!(&stored[4..8], &(48u32 + 64).to_le_bytes());
         assert_eq!(&stored[8..16], &7u64.to_le_bytes());
         assert_eq!(&stored[16..24], &1234u64.to_le_bytes());
         assert_eq!(&stored[24..28], &2u32.to_le_bytes());
-        assert_eq!(&stored[28 + 64..], PAYLOAD);
+        assert_eq!(&stored[28..36], &99u64.to_le_bytes());
+        assert_eq!(&stored[36..40], &2u32.to_le_bytes());
+        assert_eq!(&stored[40..44], &2u32.to_le_bytes());
+        let actors_len = 4 + (4 + 1 + 8 + 32) + (4 + 16 + 8 + 32);
+        assert_eq!(&stored[44..48], &(actors_len as u32).to_le_bytes());
+        assert_eq!(&stored[48 + 64..48 + 66], b"{}");
+        assert_eq!(&stored[48 + 66 + actors_len..], PAYLOAD);
+    }
+
+    #[test]
+    fn round_trips_with_and_without_json() {
+        for json in [Some("{\"title\":\"é\"}"), None] {
+            let stored = encode(&summary(3), &kept(json), PAYLOAD);
+            let value = decode(&stored).unwrap();
+            assert_eq!(value.version, FORMAT_VERSION);
+            assert_eq!(value.summary, summary(3));
+            assert_eq!(value.kept, Some(kept(json)));
+            assert_eq!(value.payload, PAYLOAD);
+            assert_eq!(json_end(&stored[..HEADER_PREFIX_LEN]).is_some(), json.is_some());
+        }
+    }
+
+    #[test]
+    fn reads_version_1_values() {
+        let mut doc = automerge::AutoCommit::new();
+        automerge::transaction::Transactable::put(&mut doc, automerge::ROOT, "title", "old").unwrap();
+        let doc = doc.document().clone();
+        let stored = fixtures::legacy::format_version_1(&doc);
+        let value = decode(&stored).unwrap();
+        let (summary, _) = crate::document::summarize(&doc);
+        assert_eq!((value.version, &value.summary, &value.kept), (1, &summary, &None));
+        assert_eq!(value.payload, doc.save());
+        let header = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
+        assert_eq!(header, 28 + 32);
+        assert_eq!(json_end(&stored[..HEADER_PREFIX_LEN]), None);
+        assert_eq!(decode_header(&stored[..header]).unwrap(), (1, summary));
+        assert_eq!(decode_json(&stored).unwrap(), None);
+        assert_eq!(crate::document::json_text(&stored).unwrap(), r#"{"title":"old"}"#);
     }
 
     #[test]
     fn refuses_a_newer_version() {
-        let mut stored = encode(&summary(1), PAYLOAD);
+        let mut stored = encode(&summary(1), &kept(None), PAYLOAD);
         stored[0] = FORMAT_VERSION + 1;
         assert!(matches!(
             decode(&stored),
@@ -181,19 +378,29 @@ mod tests {
 
     #[test]
     fn refuses_inconsistent_headers() {
-        let good = encode(&summary(3), PAYLOAD);
+        let good = encode(&summary(3), &kept(Some("{}")), PAYLOAD);
+        let actors_at = 48 + 96 + 2;
         let mut cases: Vec<(&str, Vec<u8>)> = vec![
             ("empty", vec![]),
             ("truncated header", good[..20].to_vec()),
-            ("truncated heads", good[..40].to_vec()),
+            ("truncated heads", good[..60].to_vec()),
             ("version 0", { let mut v = good.clone(); v[0] = 0; v }),
-            ("flags", { let mut v = good.clone(); v[1] = 1; v }),
+            ("flags", { let mut v = good.clone(); v[1] = 2; v }),
+            ("JSON length without the flag", { let mut v = good.clone(); v[1] = 0; v }),
             ("head count", { let mut v = good.clone(); v[24] = 200; v }),
             ("huge head count", { let mut v = good.clone(); v[24..28].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
             ("header length", { let mut v = good.clone(); v[4] = 29; v }),
-            ("payload magic", { let mut v = good.clone(); let at = 28 + 96; v[at] = 0; v }),
+            ("JSON length", { let mut v = good.clone(); v[40..44].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
+            ("actor count", { let mut v = good.clone(); v[actors_at] = 9; v }),
+            ("actor id length", { let mut v = good.clone(); v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
+            ("version 1 with flags", {
+                let mut v = fixtures::legacy::format_version_1(&automerge::Automerge::new());
+                v[1] = 1;
+                v
+            }),
         ];
-        cases.push(("no payload", good[..28 + 96].to_vec()));
+        cases.push(("no payload", good[..good.len() - PAYLOAD.len()].to_vec()));
+        cases.push(("payload magic", { let mut v = good.clone(); let at = v.len() - PAYLOAD.len(); v[at] = 0; v }));
         for (what, bytes) in cases {
             assert!(
                 matches!(decode(&bytes), Err(Error::CorruptStoredValue(_))),
@@ -203,12 +410,15 @@ mod tests {
     }
 
     #[test]
-    fn the_header_alone_can_be_read() {
-        let stored = encode(&summary(2), PAYLOAD);
+    fn the_header_and_json_alone_can_be_read() {
+        let stored = encode(&summary(2), &kept(Some("[1]")), PAYLOAD);
         let len = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
-        assert_eq!(len, 28 + 64);
+        assert_eq!(len, 48 + 64);
         assert_eq!(decode_header(&stored[..len]).unwrap(), (FORMAT_VERSION, summary(2)));
         assert!(decode_header(&stored[..len - 1]).is_err());
+        let end = json_end(&stored[..HEADER_PREFIX_LEN]).unwrap();
+        assert_eq!(decode_json(&stored[..end]).unwrap(), Some("[1]"));
+        assert!(decode_json(&stored[..end - 1]).is_err());
     }
 
     proptest! {
@@ -216,7 +426,10 @@ mod tests {
         fn round_trips(
             change_count in any::<u64>(),
             op_count in any::<u64>(),
+            max_op in any::<u64>(),
             heads in proptest::collection::vec(any::<[u8; 32]>(), 0..8),
+            actors in proptest::collection::btree_map(proptest::collection::vec(any::<u8>(), 0..20), (any::<u64>(), any::<[u8; 32]>()), 0..5),
+            json in proptest::option::of(".{0,20}"),
             tail in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
             let summary = Summary {
@@ -224,18 +437,24 @@ mod tests {
                 op_count,
                 heads: heads.into_iter().map(ChangeHash).collect(),
             };
+            let clock = actors.into_iter().map(|(actor, (seq, hash))| (ActorId::from(actor), (seq, ChangeHash(hash)))).collect();
+            let kept = Kept { max_op, appended_changes: 0, json: json.as_deref(), clock };
             let mut payload = AUTOMERGE_MAGIC.to_vec();
             payload.extend(tail);
-            let stored = encode(&summary, &payload);
+            let stored = encode(&summary, &kept, &payload);
             let decoded = decode(&stored).unwrap();
             prop_assert_eq!(decoded.version, FORMAT_VERSION);
             prop_assert_eq!(decoded.summary, summary);
+            prop_assert_eq!(decoded.kept, Some(kept));
             prop_assert_eq!(decoded.payload, &payload[..]);
         }
 
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode(&bytes);
+            let _ = decode_json(&bytes);
+            let _ = json_end(&bytes);
+            let _ = header_len(&bytes);
         }
     }
 }

@@ -7,11 +7,11 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::memory;
+use crate::storage;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_from_bytea(bytes: &[u8]) -> StoredDoc<'static> {
-    StoredDoc::owned(document::stored_from_client_bytes(bytes, memory::load_limit()).or_raise("automerge_from_bytea"))
+    StoredDoc::owned(document::stored_from_client_bytes(bytes, storage::write_settings()).or_raise("automerge_from_bytea"))
 }
 
 extension_sql!(

@@ -63,6 +63,45 @@ macro_rules! automerge_sql_type {
 
 automerge_sql_type!(StoredDoc);
 automerge_sql_type!(DocHeader);
+automerge_sql_type!(LazyDoc);
+
+/// An `automerge` argument not detoasted yet, for reads that may need only its leading
+/// bytes (the header and the kept JSON) and must not fetch the whole value for them.
+pub struct LazyDoc<'a> {
+    datum: pg_sys::Datum,
+    _borrow: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> LazyDoc<'a> {
+    /// The value's first `len` bytes (all of it, if shorter), in memory that lives as long
+    /// as the call's.
+    pub fn leading(&self, len: usize) -> &'a [u8] {
+        let len = i32::try_from(len).unwrap_or(i32::MAX);
+        // SAFETY: a non-null `automerge` datum is a varlena; the slice is palloc'd in the
+        // current memory context, which outlives this call's use of it.
+        unsafe {
+            let slice = pg_sys::pg_detoast_datum_slice(self.datum.cast_mut_ptr(), 0, len);
+            pgrx::varlena::varlena_to_byte_slice(slice)
+        }
+    }
+
+    /// The whole stored value.
+    pub fn stored(&self) -> StoredDoc<'a> {
+        // SAFETY: a non-null `automerge` datum, as `from_polymorphic_datum` checked.
+        unsafe { StoredDoc::from_polymorphic_datum(self.datum, false, pg_sys::InvalidOid) }
+            .expect("not null")
+    }
+}
+
+impl FromDatum for LazyDoc<'_> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        (!is_null && !datum.is_null()).then_some(LazyDoc { datum, _borrow: std::marker::PhantomData })
+    }
+}
 
 /// Only the header of an `automerge` argument, for functions that need nothing else (heads,
 /// counts, equality, hashing). It fetches the first bytes alone from TOAST and keeps no

@@ -11,7 +11,7 @@ use pgrx::{pg_sys, Internal};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::memory;
+use crate::storage;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_in(input: &CStr) -> StoredDoc<'static> {
@@ -20,7 +20,7 @@ fn automerge_in(input: &CStr) -> StoredDoc<'static> {
         .map_err(|_| Error::InvalidText("not valid UTF-8".into()))
         .or_raise("automerge_in");
     let bytes = text_form::parse(text).or_raise("automerge_in");
-    StoredDoc::owned(document::stored_from_client_bytes(&bytes, memory::load_limit()).or_raise("automerge_in"))
+    StoredDoc::owned(document::stored_from_client_bytes(&bytes, storage::write_settings()).or_raise("automerge_in"))
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
@@ -39,7 +39,7 @@ fn automerge_recv(mut buf: Internal) -> StoredDoc<'static> {
     // SAFETY: `data` holds `len` bytes, and `cursor` is within them.
     let bytes = unsafe { std::slice::from_raw_parts(buf.data.add(start).cast::<u8>(), end - start) };
     buf.cursor = buf.len;
-    StoredDoc::owned(document::stored_from_client_bytes(bytes, memory::load_limit()).or_raise("automerge_recv"))
+    StoredDoc::owned(document::stored_from_client_bytes(bytes, storage::write_settings()).or_raise("automerge_recv"))
 }
 
 /// The binary output, and also the `automerge → bytea` cast: the Automerge bytes.

@@ -2,17 +2,70 @@
 //! and GIN expression indexes on `(doc::jsonb)` work. The mapping of each Automerge value
 //! is documented in `pg_automerge_core::json` and docs/sql-reference.md.
 
-use pg_automerge_core::json;
-use pgrx::prelude::*;
-use pgrx::JsonB;
+use std::borrow::Cow;
 
-use crate::datum::StoredDoc;
+use pg_automerge_core::{document, format, json};
+use pgrx::callconv::{BoxRet, FcInfo};
+use pgrx::datum::Datum;
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable,
+};
+use pgrx::prelude::*;
+use pgrx::{pg_sys, IntoDatum, JsonB};
+
+use crate::datum::{LazyDoc, StoredDoc};
 use crate::errors::OrRaise;
 use crate::stored;
 
+/// The document as `jsonb`. A value that keeps its JSON (see `storage.rs`) is read from
+/// its leading bytes alone, with no load and no Rust heap; any other value is loaded.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_to_jsonb(doc: StoredDoc<'_>) -> JsonB {
-    JsonB(json::document(&stored::load(&doc, "automerge_to_jsonb"), None).or_raise("automerge_to_jsonb"))
+fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbText<'_> {
+    const FUNCTION: &str = "automerge_to_jsonb";
+    if let Some(end) = format::json_end(doc.leading(format::HEADER_PREFIX_LEN)) {
+        if let Some(json) = format::decode_json(doc.leading(end)).or_raise(FUNCTION) {
+            return JsonbText(Cow::Borrowed(json));
+        }
+    }
+    JsonbText(document::json_text(doc.stored().stored()).map(|json| Cow::Owned(json.into_owned())).or_raise(FUNCTION))
+}
+
+/// JSON text returned as `jsonb`: Postgres parses it (`jsonb_in`) from a copy in palloc'd
+/// memory, so a large document costs no Rust heap on the way out.
+pub struct JsonbText<'a>(Cow<'a, str>);
+
+unsafe impl SqlTranslatable for JsonbText<'_> {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JsonB);
+    const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
+        pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("jsonb"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
+}
+
+impl IntoDatum for JsonbText<'_> {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        let text = self.0.as_bytes();
+        // SAFETY: a NUL-terminated copy in palloc'd memory is what `jsonb_in` reads.
+        unsafe {
+            let cstring = pg_sys::palloc(text.len() + 1).cast::<u8>();
+            std::ptr::copy_nonoverlapping(text.as_ptr(), cstring, text.len());
+            *cstring.add(text.len()) = 0;
+            pgrx::direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(pg_sys::Datum::from(cstring))])
+        }
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::JSONBOID
+    }
+}
+
+unsafe impl BoxRet for JsonbText<'_> {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        match self.into_datum() {
+            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+            None => fcinfo.return_null(),
+        }
+    }
 }
 
 /// The document as it was when its heads were `heads`.

@@ -14,6 +14,7 @@ mod memory;
 mod merge_agg;
 mod notify;
 mod spans;
+mod storage;
 mod stored;
 mod writes;
 
@@ -22,6 +23,7 @@ mod writes;
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     memory::init();
+    storage::init();
     pg_automerge_core::interrupts::install(|| {
         pgrx::check_for_interrupts!();
     });

@@ -9,7 +9,7 @@ use pgrx::{pg_sys, Internal, PgMemoryContexts};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::{storage, stored};
 
 /// The aggregate's memory context: the state must outlive each call.
 fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemoryContexts {
@@ -87,7 +87,7 @@ fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal 
 #[pg_extern(immutable, parallel_safe)]
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
     state_doc(&mut state)
-        .map(|doc| StoredDoc::owned(document::to_stored(doc).or_raise("automerge_merge_agg")))
+        .map(|doc| StoredDoc::owned(document::to_stored(doc, storage::write_settings().keep_json).or_raise("automerge_merge_agg")))
 }
 
 extension_sql!(

@@ -13,16 +13,16 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::memory;
+use crate::storage;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> StoredDoc<'static> {
-    StoredDoc::owned(writes::merge(left.stored(), right.stored(), memory::load_limit()).or_raise("automerge_merge"))
+    StoredDoc::owned(writes::merge(left.stored(), right.stored(), storage::write_settings()).or_raise("automerge_merge"))
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_apply(doc: StoredDoc<'_>, changes: &[u8]) -> StoredDoc<'static> {
-    StoredDoc::owned(writes::apply(doc.stored(), changes, memory::load_limit()).or_raise("automerge_apply"))
+    StoredDoc::owned(writes::apply(doc.stored(), changes, storage::write_settings()).or_raise("automerge_apply"))
 }
 
 extension_sql!(

@@ -1,0 +1,222 @@
+//! What a stored value keeps besides the document, and the settings that choose it:
+//!
+//! - `pg_automerge.keep_jsonb` (on): writes keep the document's JSON in the stored value,
+//!   so the `jsonb` cast (and through it `->>`, `@>`, GIN rechecks, generated columns)
+//!   reads it instead of loading the document. Off: smaller values and cheaper writes,
+//!   and every such read loads.
+//! - `pg_automerge.append_limit` (64): how many changes an incremental write may append to
+//!   a stored value without loading it; the write after that loads, applies and re-saves.
+//!   0 makes every incremental write load.
+//! - `automerge_storage(doc)` shows what a value keeps; `automerge_compact(doc)` re-saves
+//!   it with its JSON, as a write that loads would.
+
+use pg_automerge_core::document::{self, WriteSettings};
+use pg_automerge_core::format;
+use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+use crate::datum::StoredDoc;
+use crate::errors::OrRaise;
+use crate::memory;
+
+static KEEP_JSONB: GucSetting<bool> = GucSetting::<bool>::new(true);
+static APPEND_LIMIT: GucSetting<i32> =
+    GucSetting::<i32>::new(document::DEFAULT_APPEND_LIMIT as i32);
+
+pub fn init() {
+    GucRegistry::define_bool_guc(
+        c"pg_automerge.keep_jsonb",
+        c"Keep each written document's JSON in the stored value, so that jsonb reads need no load.",
+        c"Off stores less and writes faster, but every jsonb read of such a value loads the document.",
+        &KEEP_JSONB,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_automerge.append_limit",
+        c"How many changes an incremental write may append to a stored document without loading it.",
+        c"The write after that many loads the document and saves it anew. 0 makes every incremental write load.",
+        &APPEND_LIMIT,
+        0,
+        1_000_000,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+/// The settings now in force for writes.
+pub fn write_settings() -> WriteSettings {
+    WriteSettings {
+        load_limit: memory::load_limit(),
+        keep_json: KEEP_JSONB.get(),
+        append_limit: APPEND_LIMIT.get().max(0) as u32,
+    }
+}
+
+/// What a stored value holds: its format version, its size, the Automerge bytes, the kept
+/// JSON (null when it keeps none) and how many changes were appended since its last save.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_storage(
+    doc: StoredDoc<'_>,
+) -> TableIterator<
+    'static,
+    (
+        name!(format_version, i32),
+        name!(stored_bytes, i64),
+        name!(payload_bytes, i64),
+        name!(jsonb_bytes, Option<i64>),
+        name!(appended_changes, i64),
+    ),
+> {
+    let value = format::decode(doc.stored()).or_raise("automerge_storage");
+    let kept = value.kept.as_ref();
+    let row = (
+        i32::from(value.version),
+        doc.stored().len() as i64,
+        value.payload.len() as i64,
+        kept.and_then(|kept| kept.json).map(|json| json.len() as i64),
+        kept.map_or(0, |kept| i64::from(kept.appended_changes)),
+    );
+    TableIterator::once(row)
+}
+
+/// The document saved anew in the current format, with its JSON when `keep_jsonb` is on:
+/// what a write that loads stores. For values written by an older version, with appended
+/// changes, or without JSON.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
+    let settings = write_settings();
+    let value = format::decode(doc.stored()).or_raise("automerge_compact");
+    settings
+        .load_limit
+        .check(&pg_automerge_core::estimate::estimate_stored(&value.summary, value.payload.len()))
+        .or_raise("automerge_compact");
+    let loaded = document::load_stored(doc.stored()).or_raise("automerge_compact");
+    StoredDoc::owned(document::to_stored(&loaded, settings.keep_json).or_raise("automerge_compact"))
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use automerge::transaction::Transactable;
+    use automerge::{AutoCommit, ReadDoc, ROOT};
+    use pgrx::datum::DatumWithOid;
+    use pgrx::prelude::*;
+    use pgrx::JsonB;
+    use serde_json::json;
+
+    use crate::test_support::sample;
+
+    /// A client's copy of the `project` sample, stored as row 1 of `docs`.
+    fn stored_project() -> AutoCommit {
+        Spi::run("CREATE TABLE docs (id int PRIMARY KEY, doc automerge NOT NULL)").unwrap();
+        let mut client = AutoCommit::load(&sample("project").save()).unwrap();
+        Spi::run_with_args("INSERT INTO docs VALUES (1, $1)", &[client.save().into()]).unwrap();
+        client
+    }
+
+    /// Writes the client's changes since `heads` as an incremental write.
+    fn write_since(client: &mut AutoCommit, heads: &[automerge::ChangeHash]) {
+        let change = client.save_after(heads);
+        Spi::run_with_args("UPDATE docs SET doc = doc || $1 WHERE id = 1", &[change.into()]).unwrap();
+    }
+
+    /// (format_version, has kept JSON, appended_changes) of row 1.
+    fn storage() -> (i32, bool, i64) {
+        Spi::get_three::<i32, bool, i64>(
+            "SELECT s.format_version, s.jsonb_bytes IS NOT NULL, s.appended_changes \
+             FROM docs, automerge_storage(doc) s WHERE id = 1",
+        )
+        .map(|(v, j, a)| (v.unwrap(), j.unwrap(), a.unwrap()))
+        .unwrap()
+    }
+
+    fn json_of_row() -> serde_json::Value {
+        Spi::get_one::<JsonB>("SELECT doc::jsonb FROM docs WHERE id = 1").unwrap().unwrap().0
+    }
+
+    fn expected_json(client: &mut AutoCommit) -> serde_json::Value {
+        pg_automerge_core::json::document(client.document(), None).unwrap()
+    }
+
+    #[pg_test]
+    fn values_keep_their_json_and_small_writes_append() {
+        let mut client = stored_project();
+        assert_eq!(storage(), (2, true, 0));
+        let heads = client.get_heads();
+        client.put(ROOT, "status", "done").unwrap();
+        write_since(&mut client, &heads);
+        assert_eq!(storage(), (2, true, 1), "appended, JSON followed the root put");
+        assert_eq!(json_of_row(), expected_json(&mut client));
+        // A list edit is appended too, but the kept JSON cannot follow it: reads load.
+        let heads = client.get_heads();
+        let tags = client.get(ROOT, "tags").unwrap().unwrap().1;
+        client.insert(&tags, 0, "urgent").unwrap();
+        write_since(&mut client, &heads);
+        assert_eq!(storage(), (2, false, 2));
+        assert_eq!(json_of_row(), expected_json(&mut client));
+        // Compacting saves anew with the JSON; the document is the same.
+        Spi::run("UPDATE docs SET doc = automerge_compact(doc)").unwrap();
+        assert_eq!(storage(), (2, true, 0));
+        assert_eq!(json_of_row(), expected_json(&mut client));
+    }
+
+    #[pg_test]
+    fn the_settings_choose_what_writes_keep() {
+        Spi::run("SET LOCAL pg_automerge.keep_jsonb = off").unwrap();
+        let mut client = stored_project();
+        assert_eq!(storage(), (2, false, 0));
+        assert_eq!(json_of_row(), expected_json(&mut client));
+        Spi::run("SET LOCAL pg_automerge.keep_jsonb = on").unwrap();
+        Spi::run("SET LOCAL pg_automerge.append_limit = 0").unwrap();
+        let heads = client.get_heads();
+        client.put(ROOT, "status", "done").unwrap();
+        write_since(&mut client, &heads);
+        assert_eq!(storage(), (2, true, 0), "loaded, applied and saved with its JSON");
+        assert_eq!(json_of_row(), expected_json(&mut client));
+    }
+
+    #[pg_test]
+    fn reading_kept_json_takes_no_rust_heap() {
+        let text = fixtures::generated::generate(fixtures::generated::Spec {
+            kind: fixtures::generated::Kind::RichText,
+            scale: fixtures::generated::Scale::Small,
+            compacted: false,
+        });
+        Spi::run("CREATE TABLE texts (keep bool, doc automerge)").unwrap();
+        for keep in ["on", "off"] {
+            Spi::run(&format!("SET LOCAL pg_automerge.keep_jsonb = {keep}")).unwrap();
+            Spi::run_with_args(&format!("INSERT INTO texts VALUES ('{keep}', $1)"), &[text.clone().into()]).unwrap();
+        }
+        let peak = |keep: bool| {
+            Spi::run("SELECT automerge_memory_reset()").unwrap();
+            let title = Spi::get_one::<String>(&format!("SELECT doc->>'title' FROM texts WHERE keep = {keep}"));
+            assert!(title.unwrap().is_some());
+            Spi::get_one::<i64>("SELECT peak_allocated_bytes - allocated_bytes FROM automerge_memory_usage()")
+                .unwrap()
+                .unwrap()
+        };
+        let (kept, loaded) = (peak(true), peak(false));
+        assert!(kept < 4096 && loaded > 100_000, "kept JSON read: {kept} bytes; loaded: {loaded} bytes");
+    }
+
+    #[pg_test]
+    fn values_written_by_earlier_releases_still_read_and_write() {
+        let mut client = stored_project();
+        let old = fixtures::legacy::format_version_1(client.document());
+        // SAFETY: the datum is an `automerge` varlena, as the stored column holds.
+        let value = unsafe {
+            DatumWithOid::new(crate::datum::StoredDoc::owned(old), pgrx::regtypein("automerge"))
+        };
+        Spi::run_with_args("UPDATE docs SET doc = $1 WHERE id = 1", &[value]).unwrap();
+        assert_eq!(storage(), (1, false, 0));
+        assert_eq!(json_of_row(), expected_json(&mut client));
+        let heads = Spi::get_one::<Vec<String>>("SELECT automerge_heads(doc) FROM docs").unwrap().unwrap();
+        assert_eq!(heads, pg_automerge_core::heads::to_hex(&client.get_heads()));
+        let before = client.get_heads();
+        client.put(ROOT, "status", "done").unwrap();
+        write_since(&mut client, &before);
+        assert_eq!(storage(), (2, true, 0), "the first write saves it in the current format");
+        assert_eq!(json_of_row()["status"], json!("done"));
+    }
+}
