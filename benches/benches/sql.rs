@@ -446,15 +446,13 @@ fn storage(session: &Session, rows: &FixtureRows) {
     if !selected(&format!("sql/storage/{name}")) {
         return;
     }
-    let record = |variant: &str, measure: &str, value: Option<i32>| {
-        record_storage(name, variant, measure, value.map(i64::from))
-    };
     for path in Path::BOTH {
         session.use_path(path);
         let variant = path.variant();
         let stored = session.query_row(
             &path.sql(
-                "SELECT pg_column_size(doc), s.format_version, s.stored_bytes, s.payload_bytes, s.jsonb_bytes
+                "SELECT pg_column_size(doc)::bigint, s.format_version::bigint, s.stored_bytes, s.payload_bytes,
+                        s.jsonb_bytes
                  FROM {docs}, automerge_storage(doc) s WHERE name = $1",
             ),
             &[name],
@@ -463,7 +461,7 @@ fn storage(session: &Session, rows: &FixtureRows) {
             .into_iter()
             .enumerate()
         {
-            record(variant, measure, stored.get(column));
+            record_storage(name, variant, measure, stored.get(column));
         }
         let apply = path.sql(APPLY);
         let wal = session.wal_bytes(
@@ -474,7 +472,7 @@ fn storage(session: &Session, rows: &FixtureRows) {
         );
         record_storage(name, variant, "wal_incremental_write_bytes", Some(wal));
         let appended = path.sql("SELECT s.appended_changes FROM {docs}, automerge_storage(doc) s WHERE name = $1");
-        record(variant, "appended_changes", session.query_one(&appended, &[name]));
+        record_storage(name, variant, "appended_changes", session.query_one(&appended, &[name]));
         let upsert = path.sql(UPSERT);
         let wal = session.wal_bytes(
             || rows.next_save(path),
@@ -485,8 +483,8 @@ fn storage(session: &Session, rows: &FixtureRows) {
         record_storage(name, variant, "wal_upsert_bytes", Some(wal));
     }
     session.use_path(Path::Fast);
-    let column: i32 = session.query_one("SELECT pg_column_size(j) FROM bench_jsonb WHERE name = $1", &[name]);
-    record(JSONB, "column_bytes", Some(column));
+    let column = session.query_one("SELECT pg_column_size(j)::bigint FROM bench_jsonb WHERE name = $1", &[name]);
+    record_storage(name, JSONB, "column_bytes", Some(column));
     let wal = session.wal_bytes(
         || rows.next_jsonb_edit(),
         |title| {

@@ -636,7 +636,7 @@ fn markdown(results: &Results) -> String {
     out.push_str(
         "Measured once per fixture, not timed, on the SQL level's rows before the timed writes: \
          pg_automerge's value (keeping its JSON), the naive path's (without it), and the \
-         `jsonb` column. `storage.csv` has every figure.\n\n",
+         `jsonb` column. Sizes and WAL are in bytes; `storage.csv` has every figure.\n\n",
     );
     let headings: Vec<&str> = STORAGE_COLUMNS.iter().map(|(_, heading, _)| *heading).collect();
     let header = format!(
@@ -654,7 +654,7 @@ fn markdown(results: &Results) -> String {
                 let value = results.storage_value(fixture, variant, measure);
                 match *measure {
                     "format_version" | "appended_changes" => value.map_or("—".into(), |v| v.to_string()),
-                    _ => bytes(value.map(|v| v.max(0) as u64)),
+                    _ => value.map_or("—".into(), byte_count),
                 }
             })
             .collect();
@@ -763,11 +763,30 @@ fn bytes(bytes: Option<u64>) -> String {
     }
 }
 
+/// Two decimals, or two significant digits below 0.1: a read a thousand times faster than
+/// the naive path is `0.0010×`, not `0.00×`.
 fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
     match (ours, baseline) {
-        (Some(ours), Some(b)) if b.median_ns > 0.0 => format!("{:.2}×", ours.median_ns / b.median_ns),
+        (Some(ours), Some(b)) if b.median_ns > 0.0 && ours.median_ns > 0.0 => {
+            let ratio = ours.median_ns / b.median_ns;
+            let decimals = (1 - ratio.log10().floor() as i32).max(2) as usize;
+            format!("{ratio:.decimals$}×")
+        }
         _ => "—".into(),
     }
+}
+
+/// A byte count in full, grouped by thousands: stored sizes and WAL differ by a few bytes.
+fn byte_count(bytes: i64) -> String {
+    let digits = bytes.unsigned_abs().to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if bytes < 0 { format!("-{grouped}") } else { grouped }
 }
 
 #[cfg(test)]
@@ -792,7 +811,17 @@ mod tests {
         let ours = row("sql", "read title", OURS, 3e6);
         assert_eq!(ratio(Some(&ours), Some(&row("sql", "read title", JSONB, 1e6))), "3.00×");
         assert_eq!(ratio(Some(&ours), None), "—");
+        assert_eq!(ratio(Some(&row("sql", "read title", OURS, 1e3)), Some(&ours)), "0.00033×");
+        assert_eq!(ratio(Some(&row("sql", "read title", OURS, 3e5)), Some(&ours)), "0.10×");
         assert_eq!(ratio(None, Some(&ours)), "—");
+    }
+
+    #[test]
+    fn byte_counts_group_thousands() {
+        assert_eq!(byte_count(0), "0");
+        assert_eq!(byte_count(999), "999");
+        assert_eq!(byte_count(1_263_104), "1,263,104");
+        assert_eq!(byte_count(-4096), "-4,096");
     }
 
     #[test]
