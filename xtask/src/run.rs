@@ -83,8 +83,8 @@ pub fn start_with_samples(sh: &Shell, major: PgMajor, purpose: &str, fresh: Fres
     Ok(cluster)
 }
 
-/// SQL that creates the extension and the sample table if they are missing, and puts the
-/// sample documents in it.
+/// SQL that creates the extension and the sample table if they are missing (or updates the
+/// extension a cluster kept from an earlier run), and puts the sample documents in it.
 fn samples_script() -> String {
     let rows: Vec<String> = fixtures::samples()
         .iter()
@@ -92,6 +92,7 @@ fn samples_script() -> String {
         .collect();
     format!(
         "CREATE EXTENSION IF NOT EXISTS pg_automerge;\n\
+         ALTER EXTENSION pg_automerge UPDATE;\n\
          CREATE TABLE IF NOT EXISTS sample_documents (name text PRIMARY KEY, doc automerge NOT NULL);\n\
          INSERT INTO sample_documents (name, doc) VALUES\n  {}\n\
          ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc;\n",

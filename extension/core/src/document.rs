@@ -135,6 +135,27 @@ pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
     Ok(Cow::Owned(json::document(&load_stored(stored)?, None)?.to_string()))
 }
 
+/// Whether the stored value is known, from its header alone, to contain every change in
+/// `hashes`: each is one of its heads or the latest change of one of its actors (a change
+/// hash names its whole history, so the value then has their ancestors too).
+pub fn contains(value: &StoredValue<'_>, hashes: &[ChangeHash]) -> bool {
+    hashes.iter().all(|hash| {
+        value.summary.heads.contains(hash)
+            || value.kept.as_ref().is_some_and(|kept| kept.clock.values().any(|(_, latest)| latest == hash))
+    })
+}
+
+/// Whether the document has every change in `hashes`, as a client asks before sending
+/// what it has: from the header when it answers (a client that is up to date, or that
+/// synced since its last write), else from a load.
+pub fn has_changes(stored: &[u8], hashes: &[ChangeHash]) -> Result<bool, Error> {
+    if contains(&format::decode(stored)?, hashes) {
+        return Ok(true);
+    }
+    let doc = load_stored(stored)?;
+    Ok(hashes.iter().all(|hash| doc.get_change_by_hash(hash).is_some()))
+}
+
 /// The Automerge bytes of a stored value, as clients load them: no load needed.
 pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
     format::decode(stored).map(|value: StoredValue<'_>| value.payload)
@@ -236,5 +257,23 @@ mod tests {
             let err = load_client_bytes(bad).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::InvalidBinary, "{err}");
         }
+    }
+
+    #[test]
+    fn knows_its_changes_from_the_header_or_a_load() {
+        let mut doc = automerge::AutoCommit::new().with_actor(ActorId::from([1; 16]));
+        doc.put(ROOT, "a", 1_i64).unwrap();
+        let first = doc.get_heads();
+        doc.put(ROOT, "a", 2_i64).unwrap();
+        let second = doc.get_heads();
+        let mut other = automerge::AutoCommit::new();
+        other.put(ROOT, "b", 1_i64).unwrap();
+        let stored = stored_from_client_bytes(&doc.save(), WriteSettings::UNLIMITED).unwrap();
+        let value = format::decode(&stored).unwrap();
+        assert!(contains(&value, &second), "a head");
+        assert!(!contains(&value, &first), "an older change: the header cannot tell");
+        assert!(has_changes(&stored, &first).unwrap(), "a load can");
+        assert!(has_changes(&stored, &[]).unwrap());
+        assert!(!has_changes(&stored, &[second[0], other.get_heads()[0]]).unwrap());
     }
 }

@@ -15,7 +15,7 @@ use automerge::legacy::{Key, ObjectId, OpType};
 use automerge::{Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
 use serde_json::Value as Json;
 
-use crate::document::{load_stored, to_stored, WriteSettings};
+use crate::document::{contains, load_stored, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
 use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
@@ -55,16 +55,6 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
     let mut doc = load_stored(left)?;
     merge_into(&mut doc, &mut other)?;
     to_stored(&doc, settings.keep_json)
-}
-
-/// Whether the stored value is known, from its header alone, to contain every change in
-/// `hashes`: each is one of its heads or the latest change of one of its actors (a change
-/// hash names its whole history, so the value then has their ancestors too).
-fn contains(value: &StoredValue<'_>, hashes: &[ChangeHash]) -> bool {
-    hashes.iter().all(|hash| {
-        value.summary.heads.contains(hash)
-            || value.kept.as_ref().is_some_and(|kept| kept.clock.values().any(|(_, latest)| latest == hash))
-    })
 }
 
 /// Whether `container` has, for each head of `contained`, a change of that head's actor
@@ -120,9 +110,9 @@ fn append(
     incoming: &LoadEstimate,
 ) -> Result<Option<Vec<u8>>, Error> {
     let Some(kept) = &value.kept else { return Ok(None) };
-    let Some(parsed) = parse_changes(changes) else { return Ok(None) };
-    // Parsing decoded the changes; the limit holds for them as for any load.
+    // Parsing decodes (and inflates) the changes: the limit holds for them as for any load.
     settings.load_limit.check(incoming)?;
+    let Some(parsed) = parse_changes(changes) else { return Ok(None) };
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = Kept { json: kept.json, clock: kept.clock.clone(), ..*kept };
     let (mut new, mut new_ops) = (Vec::new(), 0u64);

@@ -3,7 +3,7 @@
 -- 0.3.0 writes the storage format version 2, which keeps each document's JSON (so jsonb
 -- reads need no load) and lets small incremental writes append changes without a load;
 -- values written by 0.2.0 (format version 1) read as before. New: the settings
--- pg_automerge.keep_jsonb and pg_automerge.append_limit (no SQL objects), and the two
+-- pg_automerge.keep_jsonb and pg_automerge.append_limit (no SQL objects), and the three
 -- functions below. The reliability step checks that an upgraded database's catalog
 -- equals a fresh install's.
 
@@ -26,3 +26,11 @@ CREATE FUNCTION "automerge_compact"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_compact_wrapper';
+
+CREATE FUNCTION "automerge_has_changes"(
+	"doc" automerge,
+	"heads" TEXT[]
+) RETURNS bool
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_has_changes_wrapper';

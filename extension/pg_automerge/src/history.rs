@@ -1,5 +1,6 @@
-//! History: heads and change count (read from the stored header, without loading), the
-//! changes themselves, and the bytes a client needs to catch up.
+//! History: heads and change count (read from the stored header, without loading), whether
+//! the document has given changes, the changes themselves, and the bytes a client needs to
+//! catch up.
 
 use pg_automerge_core::{heads, history};
 use pgrx::prelude::*;
@@ -19,6 +20,15 @@ fn automerge_heads(doc: DocHeader<'_>) -> Vec<String> {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_change_count(doc: DocHeader<'_>) -> i64 {
     doc.summary.change_count as i64
+}
+
+/// Whether the document has every change in `heads`: answered from the stored header
+/// when the changes are its heads or its actors' latest changes, else from a load.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_has_changes(doc: StoredDoc<'_>, heads: Vec<String>) -> bool {
+    const FUNCTION: &str = "automerge_has_changes";
+    let heads = stored::parse_heads(&heads, FUNCTION);
+    pg_automerge_core::document::has_changes(doc.stored(), &heads).or_raise(FUNCTION)
 }
 
 /// Every change of the document in causal order or, given `since`, only those that a
