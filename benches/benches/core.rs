@@ -3,7 +3,8 @@
 
 use automerge::{Automerge, ReadDoc, ROOT};
 use benches::{
-    configure, criterion, fixtures, forks, record_peak, Fixture, Retitler, AUTOMERGE, OURS,
+    configure, criterion, fixtures, forks, record_peak, selected, Author, Fixture, AUTOMERGE,
+    OURS,
 };
 use criterion::{BenchmarkId, Criterion};
 use fixtures::generated::Kind;
@@ -36,7 +37,9 @@ fn compare<I>(
         let input = input(fixture);
         let name = fixture.name();
         for (variant, work) in [(OURS, &ours as &dyn Fn(&I) -> _), (AUTOMERGE, &automerge)] {
-            record_peak(&format!("core/{group}"), variant, &name, || work(&input));
+            if selected(&format!("core/{group}/{variant}/{name}")) {
+                record_peak(&format!("core/{group}"), variant, &name, || work(&input));
+            }
             bench_group.bench_with_input(BenchmarkId::new(variant, &name), &input, |b, input| {
                 b.iter(|| work(input))
             });
@@ -160,7 +163,7 @@ fn benches(c: &mut Criterion) {
             (
                 stored(f),
                 f.save.clone(),
-                Retitler::new(&f.save).next_change().1,
+                Author::new(&f.save).retitle().1,
             )
         },
         |(stored, _, change)| Box::new(writes::apply(stored, change, NO_LIMIT).unwrap()),

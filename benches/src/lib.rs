@@ -1,5 +1,6 @@
 //! What the benchmarks share: which fixtures a run uses, criterion's settings, the small
-//! changes writes apply, and the file where peak heap measurements are written.
+//! changes writes apply, and the files where peak heap, loads and storage measurements are
+//! written.
 //!
 //! `cargo xtask bench` sets the environment variables read here; run by hand, the benches
 //! default to the Operations-scale fixtures under `target/fixtures`.
@@ -19,6 +20,10 @@ use pg_automerge_core::memory;
 pub const OURS: &str = "pg_automerge";
 pub const AUTOMERGE: &str = "automerge";
 pub const JSONB: &str = "jsonb";
+/// pg_automerge on the path it replaces: values stored without their JSON
+/// (`pg_automerge.keep_jsonb = off`), writes that load, apply and save
+/// (`pg_automerge.append_limit = 0`).
+pub const NAIVE: &str = "naive (always loads)";
 
 /// Which fixture scale the run uses: `PG_AUTOMERGE_BENCH_SCALE` = small, medium or
 /// operations (the default).
@@ -90,33 +95,48 @@ pub fn configure(group: &mut criterion::BenchmarkGroup<'_, criterion::measuremen
     group.sampling_mode(SamplingMode::Flat);
 }
 
-/// A stream of small changes to one document, each depending on the one before, so that a
-/// benchmark can apply a new one on every iteration: an author retitling the document.
-pub struct Retitler {
+/// An author editing one document, so that a benchmark can apply a new change on every
+/// iteration: each change depends on the one before.
+pub struct Author {
     doc: AutoCommit,
     count: u64,
 }
 
-impl Retitler {
-    pub fn new(save: &[u8]) -> Retitler {
+impl Author {
+    pub fn new(save: &[u8]) -> Author {
         let doc = AutoCommit::load(save)
             .expect("fixtures load")
             .with_actor(ActorId::from([0xe5; 16]));
-        Retitler { doc, count: 0 }
+        Author { doc, count: 0 }
     }
 
-    /// The next title and the change bytes that set it.
-    pub fn next_change(&mut self) -> (String, Vec<u8>) {
+    /// Retitles the document: the next title and the change bytes that set it.
+    pub fn retitle(&mut self) -> (String, Vec<u8>) {
         self.count += 1;
         let title = format!("Retitled {}", self.count);
         self.doc.put(ROOT, "title", title.as_str()).unwrap();
+        (title, self.commit())
+    }
+
+    /// Types a few words into the middle of the `content` text: a change to a long text
+    /// object, where a retitle changes one root field. Returns the change bytes.
+    pub fn type_into_content(&mut self) -> Vec<u8> {
+        self.count += 1;
+        let text = self.content_id();
+        let middle = self.doc.length(&text) / 2;
+        let words = format!(" typed {}", self.count);
+        self.doc.splice_text(&text, middle, 0, &words).unwrap();
+        self.commit()
+    }
+
+    fn commit(&mut self) -> Vec<u8> {
         self.doc
             .commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
         let change = self
             .doc
             .get_last_local_change()
             .expect("a change was just committed");
-        (title, change.raw_bytes().to_vec())
+        change.raw_bytes().to_vec()
     }
 
     /// The whole document as it stands, saved.
@@ -131,6 +151,19 @@ impl Retitler {
             .unwrap()
             .and_then(|(value, _)| value.as_str().map(str::to_string))
             .unwrap_or_default()
+    }
+
+    /// The `content` text now.
+    pub fn content(&self) -> String {
+        self.doc.text(self.content_id()).unwrap()
+    }
+
+    fn content_id(&self) -> automerge::ObjId {
+        self.doc
+            .get(ROOT, "content")
+            .unwrap()
+            .expect("a text fixture has a content text")
+            .1
     }
 }
 
@@ -147,29 +180,66 @@ pub fn forks(save: &[u8]) -> (Vec<u8>, Vec<u8>) {
     (fork(0xf1), fork(0xf2))
 }
 
-/// Runs `work` once and records the peak heap it took above what was allocated before, in
-/// the peaks file that `cargo xtask bench` reads next to criterion's estimates.
+/// What one run of an operation took from the heap: its peak above what was allocated
+/// before, and how many documents the extension loaded.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    pub peak_bytes: u64,
+    pub loads: Option<u64>,
+}
+
+/// Runs `work` once and records its peak heap, in the peaks file that `cargo xtask bench`
+/// reads next to criterion's estimates. Loads are left out: the extension counts its own,
+/// not the automerge crate's that the baseline makes.
 pub fn record_peak<T>(group: &str, variant: &str, fixture: &str, work: impl FnOnce() -> T) {
     let before = memory::usage().allocated_bytes;
     memory::reset();
     let result = work();
-    let peak = memory::usage().peak_allocated_bytes.saturating_sub(before);
+    let peak_bytes = memory::usage().peak_allocated_bytes.saturating_sub(before) as u64;
     drop(result);
-    record_peak_bytes(group, variant, fixture, peak as u64);
+    record_memory(group, variant, fixture, Memory { peak_bytes, loads: None });
 }
 
-/// Records a peak measured elsewhere (by the server, for SQL benches).
-pub fn record_peak_bytes(group: &str, variant: &str, fixture: &str, peak: u64) {
-    let path = std::env::var_os("PG_AUTOMERGE_BENCH_PEAKS")
+/// Records memory measured elsewhere (by the server, for SQL benches):
+/// `group,variant,fixture,peak_bytes,loads`, loads empty when not counted.
+pub fn record_memory(group: &str, variant: &str, fixture: &str, memory: Memory) {
+    let loads = memory.loads.map(|l| l.to_string()).unwrap_or_default();
+    let line = format!("{group},{variant},{fixture},{},{loads}", memory.peak_bytes);
+    append_line("PG_AUTOMERGE_BENCH_PEAKS", "peaks.csv", &line);
+}
+
+/// Records a measurement that is not a time (a stored size, the WAL of a write) in the
+/// storage file, `fixture,variant,measure,value`; `None` is written as an empty value.
+pub fn record_storage(fixture: &str, variant: &str, measure: &str, value: Option<i64>) {
+    let value = value.map(|v| v.to_string()).unwrap_or_default();
+    append_line("PG_AUTOMERGE_BENCH_STORAGE", "storage.csv", &format!("{fixture},{variant},{measure},{value}"));
+}
+
+/// Appends `line` to the file named by `variable`, by default `file` beside criterion's output.
+fn append_line(variable: &str, file: &str, line: &str) {
+    let path = std::env::var_os(variable)
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/criterion/peaks.csv"));
+        .unwrap_or_else(|| workspace_root().join("target/criterion").join(file));
     std::fs::create_dir_all(path.parent().expect("a file has a directory")).unwrap();
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
         .unwrap();
-    writeln!(file, "{group},{variant},{fixture},{peak}").unwrap();
+    writeln!(file, "{line}").unwrap();
+}
+
+/// Whether the run's filter (`PG_AUTOMERGE_BENCH_FILTER`, the regular expression `cargo
+/// xtask bench --filter` also hands criterion) selects the benchmark `id`
+/// (`group/variant/fixture`), so that the benches skip their untimed work (peaks, storage)
+/// for what criterion skips. Run by hand without the variable, everything is selected.
+pub fn selected(id: &str) -> bool {
+    match std::env::var("PG_AUTOMERGE_BENCH_FILTER") {
+        Ok(filter) => regex::Regex::new(&filter)
+            .unwrap_or_else(|e| panic!("PG_AUTOMERGE_BENCH_FILTER={filter}: {e}"))
+            .is_match(id),
+        Err(_) => true,
+    }
 }
 
 fn workspace_root() -> PathBuf {

@@ -1,7 +1,9 @@
 //! `cargo xtask bench`: runs the criterion benches (core level, SQL level against a cluster
 //! it starts, and the allocator pair) on the fixtures, then writes a report of medians,
-//! spreads, ratios to the baselines measured in the same run, and peak memory:
-//! `results/bench-<date>-<scale>-<commit>/` for a full run, `target/bench-quick/` for `--quick`.
+//! spreads, ratios to the baselines measured in the same run, peak memory and loads, stored
+//! sizes and WAL, and the performance goals those figures meet or miss:
+//! `results/bench-<date>-<scale>-<commit>/` for a full run (`…-filtered` for a run limited
+//! by `--filter`), `target/bench-quick/` for `--quick`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,29 +23,42 @@ use crate::run::{install_extension, start_with_samples, Fresh, DATABASE};
 use crate::setup;
 use crate::step::{note, step};
 use crate::{chart, fixtures};
+use ::fixtures::generated::{Kind, Scale, Spec};
 
 /// The variant measured and its baselines, as the benches name them.
 const OURS: &str = "pg_automerge";
+const NAIVE: &str = "naive (always loads)";
 const AUTOMERGE: &str = "automerge";
 const JSONB: &str = "jsonb";
 const SYSTEM_ALLOCATOR: &str = "system allocator";
 
-
 pub fn run(sh: &Shell, flags: &BenchFlags) -> Result<()> {
     setup::run(sh, &SetupFlags { pg: flags.pg.into() })?;
     let scale = if flags.quick { BenchScale::Small } else { flags.scale };
-    measure_and_report(sh, flags.pg, scale, flags.jobs)?;
+    measure_and_report(sh, flags.pg, scale, flags.jobs, flags.filter.as_deref())?;
     Ok(())
 }
 
-/// Runs the benches and writes their report; returns how many benchmarks ran.
-pub fn measure_and_report(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result<usize> {
-    let results = measure(sh, major, scale, jobs)?;
+/// Runs the benches (those `filter` selects, or all) and writes their report; returns how
+/// many benchmarks ran.
+pub fn measure_and_report(
+    sh: &Shell,
+    major: PgMajor,
+    scale: BenchScale,
+    jobs: usize,
+    filter: Option<&str>,
+) -> Result<usize> {
+    let results = measure(sh, major, scale, jobs, filter)?;
     let dir = if results.quick {
         project_root().join("target/bench-quick")
     } else {
         let provenance = &results.provenance;
-        project_root().join(format!("results/bench-{}-{}-{}", provenance.date, results.scale, provenance.commit))
+        // A partial run never takes the place of the full report of the same day and commit.
+        let filtered = if filter.is_some() { "-filtered" } else { "" };
+        project_root().join(format!(
+            "results/bench-{}-{}-{}{filtered}",
+            provenance.date, results.scale, provenance.commit
+        ))
     };
     write_report(&dir, &results)?;
     note(format!("{} benchmarks; report in {}", results.rows.len(), dir.display()));
@@ -52,7 +67,7 @@ pub fn measure_and_report(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: u
 
 /// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
 /// shortest measurement and debug builds, as a check that each bench still runs.
-fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result<Results> {
+fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize, filter: Option<&str>) -> Result<Results> {
     let quick = scale == BenchScale::Small;
     let fixtures_dir = fixtures::dir();
     let fixture_table = step(&format!("fixtures ({} scale)", scale.name()), || {
@@ -75,12 +90,16 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
     if jobs > 1 {
         command += &format!(" --jobs {jobs}");
     }
+    if let Some(filter) = filter {
+        command += &format!(" --filter '{filter}'");
+    }
     let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
         fs::remove_dir_all(&criterion_dir)?;
     }
     let peaks = criterion_dir.join("peaks.csv");
+    let storage = criterion_dir.join("storage.csv");
     let benches = step("criterion benches", || {
         let run = |bench: &str| -> Result<std::process::Child> {
             let mut cargo = Command::new("cargo");
@@ -89,10 +108,16 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
                 // Reuses the tests' debug build of every dependency instead of a release build.
                 cargo.args(["--profile", "dev"]);
             }
+            if let Some(filter) = filter {
+                // Criterion's filter; the variable lets the benches skip their untimed work
+                // (peaks, stored sizes, WAL) for what criterion skips.
+                cargo.args(["--", filter]).env("PG_AUTOMERGE_BENCH_FILTER", filter);
+            }
             cargo
                 .env("PG_AUTOMERGE_BENCH_SCALE", scale.name())
                 .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
                 .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
+                .env("PG_AUTOMERGE_BENCH_STORAGE", &storage)
                 .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
                 .current_dir(project_root());
             cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
@@ -118,9 +143,11 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
     benches?;
     let mut rows = read_estimates(&criterion_dir)?;
     add_peaks(&mut rows, &peaks)?;
+    let storage = read_storage(&storage)?;
     note(format!("{} benchmarks measured", rows.len()));
     Ok(Results {
         rows,
+        storage,
         fixture_table,
         provenance,
         quick,
@@ -131,6 +158,8 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize) -> Result
 /// What a run measured, and what produced it.
 struct Results {
     rows: Vec<Row>,
+    /// What the SQL level measured without timing it.
+    storage: Vec<StorageMeasure>,
     fixture_table: String,
     provenance: Provenance,
     quick: bool,
@@ -150,6 +179,20 @@ struct Row {
     /// Median absolute deviation.
     spread_ns: f64,
     peak_bytes: Option<u64>,
+    /// How many documents the extension loaded in one run (SQL level).
+    loads: Option<u64>,
+}
+
+/// A measurement that is not a time: a stored size or the WAL of a write, of one variant's
+/// value of a fixture.
+#[derive(Clone, Debug, PartialEq)]
+struct StorageMeasure {
+    fixture: String,
+    variant: String,
+    /// `column_bytes`, `wal_upsert_bytes`…: see `STORAGE_COLUMNS`.
+    measure: String,
+    /// None where the variant has no such thing (no JSON kept).
+    value: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +216,10 @@ struct EstimatesJson {
 /// Reads criterion's `new/benchmark.json` and `new/estimates.json` of every benchmark.
 fn read_estimates(criterion_dir: &Path) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // A filter can leave a bench binary with nothing to run, and criterion with no directory.
+    if !criterion_dir.exists() {
+        return Ok(rows);
+    }
     for benchmark in find_files(criterion_dir, "benchmark.json")? {
         let dir = benchmark.parent().expect("a file has a directory");
         if dir.file_name().is_some_and(|name| name != "new") {
@@ -193,6 +240,7 @@ fn read_estimates(criterion_dir: &Path) -> Result<Vec<Row>> {
             median_ns: estimates.median.point_estimate,
             spread_ns: estimates.median_abs_dev.point_estimate,
             peak_bytes: None,
+            loads: None,
         });
     }
     rows.sort_by(|a, b| {
@@ -219,12 +267,16 @@ fn find_files(dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Adds the peaks the benches wrote (`group,variant,fixture,bytes`) to their rows.
+/// Adds the peaks and loads the benches wrote (`group,variant,fixture,bytes,loads`, loads
+/// empty where not counted) to their rows.
 fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
+    if !peaks.exists() {
+        return Ok(());
+    }
     let text = fs::read_to_string(peaks).with_context(|| format!("reading {}", peaks.display()))?;
     for line in text.lines() {
         let fields: Vec<&str> = line.split(',').collect();
-        let [group, variant, fixture, bytes] = fields[..] else {
+        let [group, variant, fixture, bytes, loads] = fields[..] else {
             bail!("bad peaks line: {line}")
         };
         let (level, operation) = group.split_once('/').unwrap_or(("core", group));
@@ -235,9 +287,39 @@ fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
                 && r.fixture == fixture
         }) {
             row.peak_bytes = Some(bytes.parse()?);
+            row.loads = optional(loads)?;
         }
     }
     Ok(())
+}
+
+/// Reads what the benches measured without timing it (`fixture,variant,measure,value`, the
+/// value empty where there is none); no file when a filter left the storage out.
+fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let [fixture, variant, measure, value] = fields[..] else { bail!("bad storage line: {line}") };
+            Ok(StorageMeasure {
+                fixture: fixture.into(),
+                variant: variant.into(),
+                measure: measure.into(),
+                value: optional(value)?,
+            })
+        })
+        .collect()
+}
+
+/// An optional number: none when empty.
+fn optional<T: std::str::FromStr>(text: &str) -> Result<Option<T>>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    Ok(if text.is_empty() { None } else { Some(text.parse()?) })
 }
 
 /// The SQL operation's counterpart in the core benches, whose `automerge` variant is the
@@ -245,7 +327,7 @@ fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
 fn core_counterpart(operation: &str) -> Option<&str> {
     match operation {
         "merge_agg" => Some("upsert full save"),
-        "containment" | "heads" => None,
+        "containment" | "heads" | "change count" | "generated column write" | "text edit then read" => None,
         same => Some(same),
     }
 }
@@ -253,6 +335,7 @@ fn core_counterpart(operation: &str) -> Option<&str> {
 fn write_report(dir: &Path, results: &Results) -> Result<()> {
     fs::create_dir_all(dir)?;
     fs::write(dir.join("results.csv"), csv(&results.rows))?;
+    fs::write(dir.join("storage.csv"), storage_csv(&results.storage))?;
     chart::write_svg(
         &dir.join("sql.svg"),
         "SQL level: median time per operation (log scale)",
@@ -281,28 +364,183 @@ impl Results {
     }
 
     fn find(&self, level: &str, operation: &str, variant: &str, fixture: &str) -> Option<&Row> {
-        self.rows.iter().find(|r| {
-            r.level == level
-                && r.operation == operation
-                && r.variant == variant
-                && r.fixture == fixture
-        })
+        find(&self.rows, level, operation, variant, fixture)
+    }
+
+    fn storage_value(&self, fixture: &str, variant: &str, measure: &str) -> Option<i64> {
+        self.storage
+            .iter()
+            .find(|m| m.fixture == fixture && m.variant == variant && m.measure == measure)
+            .and_then(|m| m.value)
     }
 }
 
+fn find<'a>(rows: &'a [Row], level: &str, operation: &str, variant: &str, fixture: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.level == level && r.operation == operation && r.variant == variant && r.fixture == fixture)
+}
+
+/// The fixture of `kind` with its history (the SQL level's) at `scale`, by name.
+fn history_fixture(kind: Kind, scale: &str) -> String {
+    let scale = Scale::ALL.into_iter().find(|s| s.name() == scale).expect("the run's scale is a fixture scale");
+    Spec { kind, scale, compacted: false }.name()
+}
+
 fn csv(rows: &[Row]) -> String {
-    let mut out =
-        String::from("level,operation,variant,fixture,median_ns,median_abs_dev_ns,peak_bytes\n");
+    let mut out = String::from("level,operation,variant,fixture,median_ns,median_abs_dev_ns,peak_bytes,loads\n");
+    let optional = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
     for r in rows {
-        let peak = r.peak_bytes.map(|p| p.to_string()).unwrap_or_default();
         writeln!(
             out,
-            "{},{},{},{},{:.0},{:.0},{peak}",
-            r.level, r.operation, r.variant, r.fixture, r.median_ns, r.spread_ns
+            "{},{},{},{},{:.0},{:.0},{},{}",
+            r.level,
+            r.operation,
+            r.variant,
+            r.fixture,
+            r.median_ns,
+            r.spread_ns,
+            optional(r.peak_bytes),
+            optional(r.loads)
         )
         .unwrap();
     }
     out
+}
+
+fn storage_csv(measures: &[StorageMeasure]) -> String {
+    let mut out = String::from("fixture,variant,measure,value\n");
+    for m in measures {
+        let value = m.value.map(|v| v.to_string()).unwrap_or_default();
+        writeln!(out, "{},{},{},{value}", m.fixture, m.variant, m.measure).unwrap();
+    }
+    out
+}
+
+/// The columns of the storage table: the measure, its heading, and what it is.
+const STORAGE_COLUMNS: [(&str, &str, &str); 8] = [
+    (
+        "column_bytes",
+        "column size",
+        "`pg_column_size` of the value as inserted: what the table holds, after TOAST compression",
+    ),
+    ("format_version", "format", "`automerge_storage(doc).format_version`: the stored format the value was written in"),
+    ("stored_bytes", "stored", "`stored_bytes`: the whole stored value before compression"),
+    ("payload_bytes", "Automerge bytes", "`payload_bytes`: the Automerge document in it"),
+    ("jsonb_bytes", "kept JSON", "`jsonb_bytes`: the document's JSON kept for reads (— when not kept)"),
+    (
+        "appended_changes",
+        "appended",
+        "`appended_changes` after the five writes of the next column: changes stored without a load",
+    ),
+    (
+        "wal_incremental_write_bytes",
+        "WAL per write",
+        "WAL one incremental write (a retitle; `jsonb_set` of the title) inserts: the median of five",
+    ),
+    (
+        "wal_upsert_bytes",
+        "WAL per upsert",
+        "WAL one upsert of a full save (of the whole JSON) inserts: the median of five",
+    ),
+];
+
+/// A performance goal, and what this run measured of it.
+struct Goal {
+    goal: String,
+    fixture: String,
+    measured: String,
+    target: String,
+    /// None when the run did not measure it.
+    met: Option<bool>,
+}
+
+/// The reads the JSON a value keeps answers without a load, as users write them.
+const KEPT_JSON_READS: [(&str, &str); 3] = [
+    ("read title", "`doc->>'title'`"),
+    ("to jsonb", "`doc::jsonb`"),
+    ("containment", "GIN containment `@>` (its recheck casts)"),
+];
+/// Those reads on the rich text: at least this many times faster than the naive path…
+const READ_SPEEDUP_GOAL: f64 = 100.0;
+/// …within this peak heap.
+const READ_PEAK_GOAL: u64 = 8 << 20;
+/// Reads of the stored header load nothing; their answer takes a few hundred bytes.
+const HEADER_READ_PEAK_GOAL: u64 = 64 << 10;
+/// A small incremental write at least this many times faster than the naive path.
+const WRITE_SPEEDUP_GOAL: f64 = 10.0;
+/// An upsert of a full save loads at most this many documents: the client's save.
+const UPSERT_LOADS_GOAL: u64 = 1;
+
+/// The goals of reads that never load and writes that load at most once, each computed
+/// from the measurements of a run at `scale`.
+fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
+    let sql = |operation: &str, variant: &str, fixture: &str| find(rows, "sql", operation, variant, fixture);
+    let not_measured = || ("not measured".to_string(), None);
+    let mut goals = Vec::new();
+    let rich_text = history_fixture(Kind::RichText, scale);
+    for (operation, read) in KEPT_JSON_READS {
+        let (fast, naive) = (sql(operation, OURS, &rich_text), sql(operation, NAIVE, &rich_text));
+        let (measured, met) = match (fast, naive) {
+            (Some(fast), Some(naive)) => {
+                let speedup = naive.median_ns / fast.median_ns;
+                (speedup_text(fast, naive), Some(speedup >= READ_SPEEDUP_GOAL))
+            }
+            _ => not_measured(),
+        };
+        let target = format!("≥ {READ_SPEEDUP_GOAL}× faster");
+        let goal = format!("{read} against the naive path");
+        goals.push(Goal { goal, fixture: rich_text.clone(), measured, target, met });
+        let (measured, met) = match fast.and_then(|f| f.peak_bytes) {
+            Some(peak) => (bytes(Some(peak)), Some(peak <= READ_PEAK_GOAL)),
+            None => not_measured(),
+        };
+        let target = format!("≤ {}", bytes(Some(READ_PEAK_GOAL)));
+        goals.push(Goal { goal: format!("{read}: peak heap"), fixture: rich_text.clone(), measured, target, met });
+    }
+    let fixtures = Kind::ALL.map(|kind| history_fixture(kind, scale));
+    for (operation, read) in [("heads", "`automerge_heads`"), ("change count", "`automerge_change_count`")] {
+        for fixture in &fixtures {
+            let (measured, met) = match sql(operation, OURS, fixture).and_then(|r| Some((r.loads?, r.peak_bytes?))) {
+                Some((loads, peak)) => (
+                    format!("{loads} loads, {}", bytes(Some(peak))),
+                    Some(loads == 0 && peak <= HEADER_READ_PEAK_GOAL),
+                ),
+                None => not_measured(),
+            };
+            let target = format!("0 loads, ≤ {}", bytes(Some(HEADER_READ_PEAK_GOAL)));
+            goals.push(Goal { goal: format!("{read} loads nothing"), fixture: fixture.clone(), measured, target, met });
+        }
+    }
+    for fixture in &fixtures {
+        let operation = "incremental write";
+        let (measured, met) = match (sql(operation, OURS, fixture), sql(operation, NAIVE, fixture)) {
+            (Some(fast), Some(naive)) => {
+                let speedup = naive.median_ns / fast.median_ns;
+                (speedup_text(fast, naive), Some(speedup >= WRITE_SPEEDUP_GOAL))
+            }
+            _ => not_measured(),
+        };
+        let target = format!("≥ {WRITE_SPEEDUP_GOAL}× faster");
+        let goal = "a small write (`doc || change`, a retitle) against the naive path".to_string();
+        goals.push(Goal { goal, fixture: fixture.clone(), measured, target, met });
+    }
+    for fixture in &fixtures {
+        let (measured, met) = match sql("upsert full save", OURS, fixture).and_then(|r| r.loads) {
+            Some(loads) => (format!("{loads} loads"), Some(loads <= UPSERT_LOADS_GOAL)),
+            None => not_measured(),
+        };
+        let goal = "an upsert of a full save loads at most once".to_string();
+        let target = format!("≤ {UPSERT_LOADS_GOAL} load");
+        goals.push(Goal { goal, fixture: fixture.clone(), measured, target, met });
+    }
+    goals
+}
+
+/// How many times faster `fast` is than `slow`, with both medians.
+fn speedup_text(fast: &Row, slow: &Row) -> String {
+    let speedup = slow.median_ns / fast.median_ns;
+    let speedup = if speedup >= 10.0 { format!("{speedup:.0}×") } else { format!("{speedup:.1}×") };
+    format!("{speedup} ({} against {})", duration(fast.median_ns), duration(slow.median_ns))
 }
 
 fn markdown(results: &Results) -> String {
@@ -324,56 +562,121 @@ fn markdown(results: &Results) -> String {
          `automerge_memory_usage()`). The machine is shared: compare ratios, not absolute times, \
          across runs. Files: `results.csv` (every benchmark), `core.svg` and `sql.svg` (charts).\n\n",
     );
-    writeln!(out, "## Fixtures\n\n```\n{}```\n", results.fixture_table).unwrap();
+    out.push_str("## Goals\n\n");
+    out.push_str(
+        "Reads that never load the document and writes that load it at most once, as measured \
+         in this run: pg_automerge as it ships against the naive path (values stored without \
+         their JSON, so every read loads; writes that load, apply and save). A speed-up is the \
+         naive median divided by pg_automerge's; loads and peak heap are of one run of the \
+         operation, from `automerge_memory_usage()`.\n\n",
+    );
+    out.push_str("| goal | fixture | measured | target | met |\n|---|---|---|---|---|\n");
+    for goal in goals(&results.rows, results.scale) {
+        let met = match goal.met {
+            Some(true) => "met",
+            Some(false) => "**not met**",
+            None => "—",
+        };
+        writeln!(out, "| {} | {} | {} | {} | {met} |", goal.goal, goal.fixture, goal.measured, goal.target).unwrap();
+    }
+
+    writeln!(out, "\n## Fixtures\n\n```\n{}```\n", results.fixture_table).unwrap();
 
     out.push_str("## SQL level\n\n");
     out.push_str(
-        "pg_automerge against a plain `jsonb` column holding the same JSON (`->>`, the value \
-         itself, GIN containment, `jsonb_set`, an upsert of the whole JSON), and against the \
-         automerge crate doing the same work from the same bytes (the core benches' `automerge` \
-         variant).\n\n",
+        "pg_automerge as it ships (values keep their document's JSON, small writes append their \
+         changes) against three baselines: the naive path (`pg_automerge.keep_jsonb = off` and \
+         `pg_automerge.append_limit = 0`: the same rows stored without their JSON, so every \
+         read loads the document, and writes that load, apply and save it); a plain `jsonb` \
+         column holding the same JSON (`->>`, the value itself, GIN containment, `jsonb_set`, an \
+         upsert of the whole JSON); and the automerge crate doing the same work from the same \
+         bytes (the core benches' `automerge` variant). The generated column write retitles a \
+         table with `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`; a text edit then read \
+         types a few words into the middle of the content (a change the fast path appends but \
+         does not patch into the kept JSON) and reads the content back. Loads count the \
+         documents one run of the operation loaded.\n\n",
     );
-    out.push_str("| operation | fixture | pg_automerge | spread | peak heap | jsonb | ratio to jsonb | automerge crate | ratio to automerge |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for ours in results
+    let mut operations: Vec<(&str, &str)> = results
         .rows
         .iter()
-        .filter(|r| r.level == "sql" && r.variant == OURS)
-    {
-        let jsonb = results.find("sql", &ours.operation, JSONB, &ours.fixture);
-        let automerge = core_counterpart(&ours.operation)
-            .and_then(|op| results.find("core", op, AUTOMERGE, &ours.fixture));
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            ours.operation,
-            ours.fixture,
-            duration(ours.median_ns),
-            spread(ours),
-            bytes(ours.peak_bytes),
-            jsonb.map_or("—".into(), |b| duration(b.median_ns)),
+        .filter(|r| r.level == "sql")
+        .map(|r| (r.operation.as_str(), r.fixture.as_str()))
+        .collect();
+    operations.dedup();
+    let lines = operations.into_iter().map(|(operation, fixture)| {
+        let ours = results.find("sql", operation, OURS, fixture);
+        let naive = results.find("sql", operation, NAIVE, fixture);
+        let jsonb = results.find("sql", operation, JSONB, fixture);
+        let automerge = core_counterpart(operation).and_then(|op| results.find("core", op, AUTOMERGE, fixture));
+        let median = |row: Option<&Row>| row.map_or("—".into(), |r| duration(r.median_ns));
+        let loads = ours.and_then(|r| r.loads).map_or("—".into(), |l| l.to_string());
+        format!(
+            "| {operation} | {fixture} | {} | {} | {} | {loads} | {} | {} | {} | {} | {} | {} | {} |",
+            median(ours),
+            ours.map_or("—".into(), spread),
+            bytes(ours.and_then(|r| r.peak_bytes)),
+            median(naive),
+            bytes(naive.and_then(|r| r.peak_bytes)),
+            ratio(ours, naive),
+            median(jsonb),
             ratio(ours, jsonb),
-            automerge.map_or("—".into(), |b| duration(b.median_ns)),
+            median(automerge),
             ratio(ours, automerge),
         )
-        .unwrap();
-    }
+    });
+    table(
+        &mut out,
+        "| operation | fixture | pg_automerge | spread | peak heap | loads | naive | naive peak heap | fast vs naive \
+         | jsonb | fast vs jsonb | automerge crate | fast vs crate |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        lines,
+    );
 
+    out.push_str("\n## Storage and WAL\n\n");
+    out.push_str(
+        "Measured once per fixture, not timed, on the SQL level's rows before the timed writes: \
+         pg_automerge's value (keeping its JSON), the naive path's (without it), and the \
+         `jsonb` column. Sizes and WAL are in bytes; `storage.csv` has every figure.\n\n",
+    );
+    let headings: Vec<&str> = STORAGE_COLUMNS.iter().map(|(_, heading, _)| *heading).collect();
+    let header = format!(
+        "| fixture | variant | {} |\n|---|---|{}\n",
+        headings.join(" | "),
+        "---:|".repeat(headings.len())
+    );
+    let mut stored: Vec<(&str, &str)> =
+        results.storage.iter().map(|m| (m.fixture.as_str(), m.variant.as_str())).collect();
+    stored.dedup();
+    let lines = stored.into_iter().map(|(fixture, variant)| {
+        let cells: Vec<String> = STORAGE_COLUMNS
+            .iter()
+            .map(|(measure, _, _)| {
+                let value = results.storage_value(fixture, variant, measure);
+                match *measure {
+                    "format_version" | "appended_changes" => value.map_or("—".into(), |v| v.to_string()),
+                    _ => value.map_or("—".into(), byte_count),
+                }
+            })
+            .collect();
+        format!("| {fixture} | {variant} | {} |", cells.join(" | "))
+    });
+    table(&mut out, &header, lines);
+    out.push('\n');
+    for (_, heading, explanation) in STORAGE_COLUMNS {
+        writeln!(out, "- **{heading}**: {explanation}.").unwrap();
+    }
     out.push_str("\n## Core level (no Postgres)\n\n");
     out.push_str(
         "`pg_automerge_core` (what each SQL function does, from the stored value) against the \
          automerge crate doing the same work from the same bytes.\n\n",
     );
-    out.push_str("| operation | fixture | pg_automerge | spread | peak heap | automerge crate | spread | peak heap | ratio |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let core_rows = results
         .rows
         .iter()
-        .filter(|r| r.level == "core" && r.variant == OURS);
-    for ours in core_rows.filter(|r| r.operation != "load, by allocator") {
+        .filter(|r| r.level == "core" && r.variant == OURS && r.operation != "load, by allocator");
+    let lines = core_rows.map(|ours| {
         let automerge = results.find("core", &ours.operation, AUTOMERGE, &ours.fixture);
-        writeln!(
-            out,
+        format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             ours.operation,
             ours.fixture,
@@ -383,37 +686,39 @@ fn markdown(results: &Results) -> String {
             automerge.map_or("—".into(), |b| duration(b.median_ns)),
             automerge.map_or("—".into(), spread),
             bytes(automerge.and_then(|b| b.peak_bytes)),
-            ratio(ours, automerge),
+            ratio(Some(ours), automerge),
         )
-        .unwrap();
-    }
+    });
+    table(
+        &mut out,
+        "| operation | fixture | pg_automerge | spread | peak heap | automerge crate | spread | peak heap | ratio |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        lines,
+    );
 
     out.push_str("\n## The counting allocator's cost\n\n");
     out.push_str("Loads with the extension's counting `#[global_allocator]` against the system allocator.\n\n");
-    out.push_str("| fixture | counting | spread | system | spread | ratio |\n|---|---:|---:|---:|---:|---:|\n");
     let allocator_rows = results
         .rows
         .iter()
         .filter(|r| r.operation == "load, by allocator" && r.variant == OURS);
-    for ours in allocator_rows {
-        let system = results.find(
-            &ours.level,
-            &ours.operation,
-            SYSTEM_ALLOCATOR,
-            &ours.fixture,
-        );
-        writeln!(
-            out,
+    let lines = allocator_rows.map(|ours| {
+        let system = results.find(&ours.level, &ours.operation, SYSTEM_ALLOCATOR, &ours.fixture);
+        format!(
             "| {} | {} | {} | {} | {} | {} |",
             ours.fixture,
             duration(ours.median_ns),
             spread(ours),
             system.map_or("—".into(), |b| duration(b.median_ns)),
             system.map_or("—".into(), spread),
-            ratio(ours, system),
+            ratio(Some(ours), system),
         )
-        .unwrap();
-    }
+    });
+    table(
+        &mut out,
+        "| fixture | counting | spread | system | spread | ratio |\n|---|---:|---:|---:|---:|---:|\n",
+        lines,
+    );
     let by_variant: BTreeMap<&str, usize> =
         results.rows.iter().fold(BTreeMap::new(), |mut counts, r| {
             *counts.entry(r.variant.as_str()).or_default() += 1;
@@ -421,6 +726,20 @@ fn markdown(results: &Results) -> String {
         });
     writeln!(out, "\nBenchmarks per variant: {by_variant:?}.").unwrap();
     out
+}
+
+/// A markdown table: `header` (its separator line included), then `lines`; or, when there
+/// are none, a note that the run measured nothing of it.
+fn table(out: &mut String, header: &str, lines: impl Iterator<Item = String>) {
+    let lines: Vec<String> = lines.collect();
+    if lines.is_empty() {
+        out.push_str("Not measured in this run (`--filter` left it out).\n");
+        return;
+    }
+    out.push_str(header);
+    for line in lines {
+        writeln!(out, "{line}").unwrap();
+    }
 }
 
 fn duration(ns: f64) -> String {
@@ -438,16 +757,36 @@ fn spread(row: &Row) -> String {
 fn bytes(bytes: Option<u64>) -> String {
     match bytes {
         None => "—".into(),
+        Some(b) if b < 1024 => format!("{b} B"),
         Some(b) if b >= 1 << 20 => format!("{:.1} MB", b as f64 / (1u64 << 20) as f64),
         Some(b) => format!("{:.0} kB", b as f64 / 1024.0),
     }
 }
 
-fn ratio(ours: &Row, baseline: Option<&Row>) -> String {
-    match baseline {
-        Some(b) if b.median_ns > 0.0 => format!("{:.2}×", ours.median_ns / b.median_ns),
+/// Two decimals, or two significant digits below 0.1: a read a thousand times faster than
+/// the naive path is `0.0010×`, not `0.00×`.
+fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
+    match (ours, baseline) {
+        (Some(ours), Some(b)) if b.median_ns > 0.0 && ours.median_ns > 0.0 => {
+            let ratio = ours.median_ns / b.median_ns;
+            let decimals = (1 - ratio.log10().floor() as i32).max(2) as usize;
+            format!("{ratio:.decimals$}×")
+        }
         _ => "—".into(),
     }
+}
+
+/// A byte count in full, grouped by thousands: stored sizes and WAL differ by a few bytes.
+fn byte_count(bytes: i64) -> String {
+    let digits = bytes.unsigned_abs().to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if bytes < 0 { format!("-{grouped}") } else { grouped }
 }
 
 #[cfg(test)]
@@ -463,17 +802,26 @@ mod tests {
             median_ns,
             spread_ns: median_ns / 10.0,
             peak_bytes: None,
+            loads: None,
         }
     }
 
     #[test]
     fn ratios_divide_ours_by_the_baseline() {
         let ours = row("sql", "read title", OURS, 3e6);
-        assert_eq!(
-            ratio(&ours, Some(&row("sql", "read title", JSONB, 1e6))),
-            "3.00×"
-        );
-        assert_eq!(ratio(&ours, None), "—");
+        assert_eq!(ratio(Some(&ours), Some(&row("sql", "read title", JSONB, 1e6))), "3.00×");
+        assert_eq!(ratio(Some(&ours), None), "—");
+        assert_eq!(ratio(Some(&row("sql", "read title", OURS, 1e3)), Some(&ours)), "0.00033×");
+        assert_eq!(ratio(Some(&row("sql", "read title", OURS, 3e5)), Some(&ours)), "0.10×");
+        assert_eq!(ratio(None, Some(&ours)), "—");
+    }
+
+    #[test]
+    fn byte_counts_group_thousands() {
+        assert_eq!(byte_count(0), "0");
+        assert_eq!(byte_count(999), "999");
+        assert_eq!(byte_count(1_263_104), "1,263,104");
+        assert_eq!(byte_count(-4096), "-4,096");
     }
 
     #[test]
@@ -483,19 +831,96 @@ mod tests {
         assert_eq!(core_counterpart("containment"), None);
     }
 
+    /// A file of `text` in a directory of its own, removed with it.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, text: &str) -> TempFile {
+            let dir = std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()));
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(name), text).unwrap();
+            TempFile(dir.join(name))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(self.0.parent().unwrap());
+        }
+    }
+
     #[test]
-    fn peaks_attach_to_their_rows() {
-        let dir = std::env::temp_dir().join(format!("xtask-peaks-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let peaks = dir.join("peaks.csv");
-        fs::write(&peaks, "sql/read title,pg_automerge,rich-text-small,4096\n").unwrap();
+    fn peaks_and_loads_attach_to_their_rows() {
+        let peaks = TempFile::new(
+            "peaks.csv",
+            "sql/read title,pg_automerge,rich-text-small,4096,0\n\
+             sql/read title,naive (always loads),rich-text-small,9000,1\n\
+             core/read title,pg_automerge,rich-text-small,512,\n",
+        );
         let mut rows = vec![
             row("sql", "read title", OURS, 1.0),
+            row("sql", "read title", NAIVE, 1.0),
             row("sql", "read title", JSONB, 1.0),
+            row("core", "read title", OURS, 1.0),
         ];
-        add_peaks(&mut rows, &peaks).unwrap();
-        assert_eq!(rows[0].peak_bytes, Some(4096));
-        assert_eq!(rows[1].peak_bytes, None);
-        fs::remove_dir_all(&dir).unwrap();
+        add_peaks(&mut rows, &peaks.0).unwrap();
+        let measured: Vec<_> = rows.iter().map(|r| (r.peak_bytes, r.loads)).collect();
+        assert_eq!(measured, [(Some(4096), Some(0)), (Some(9000), Some(1)), (None, None), (Some(512), None)]);
+        assert!(add_peaks(&mut rows, &TempFile::new("old-peaks.csv", "sql/heads,pg_automerge,x,1\n").0).is_err());
+        // A run whose filter left out every bench that records peaks has no file at all.
+        add_peaks(&mut rows, Path::new("/nonexistent/peaks.csv")).unwrap();
+    }
+
+    #[test]
+    fn storage_measures_read_back_with_their_missing_values() {
+        let storage = TempFile::new(
+            "storage.csv",
+            "map-list-small,pg_automerge,jsonb_bytes,2048\nmap-list-small,naive (always loads),jsonb_bytes,\n",
+        );
+        let measures = read_storage(&storage.0).unwrap();
+        assert_eq!(measures.iter().map(|m| m.value).collect::<Vec<_>>(), [Some(2048), None]);
+        assert_eq!(
+            storage_csv(&measures),
+            "fixture,variant,measure,value\n\
+             map-list-small,pg_automerge,jsonb_bytes,2048\n\
+             map-list-small,naive (always loads),jsonb_bytes,\n"
+        );
+        assert!(read_storage(Path::new("/nonexistent/storage.csv")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn goals_are_met_or_missed_by_the_measurements_and_unmeasured_without_them() {
+        let measured = |operation: &str, variant: &str, median_ns: f64, peak: u64, loads: u64| Row {
+            peak_bytes: Some(peak),
+            loads: Some(loads),
+            ..row("sql", operation, variant, median_ns)
+        };
+        let rows = vec![
+            // 200× faster within 8 MB: met.
+            measured("read title", OURS, 1e6, 4096, 0),
+            measured("read title", NAIVE, 2e8, 30 << 20, 1),
+            // 50× faster: missed.
+            measured("to jsonb", OURS, 4e6, 4096, 0),
+            measured("to jsonb", NAIVE, 2e8, 30 << 20, 1),
+            measured("heads", OURS, 1e5, 184, 0),
+            measured("change count", OURS, 1e5, 184, 1),
+            measured("upsert full save", OURS, 1e8, 30 << 20, 2),
+        ];
+        let goals = goals(&rows, "small");
+        let find = |name: &str, fixture: &str| {
+            let goal = goals.iter().find(|g| g.goal.starts_with(name) && g.fixture == fixture);
+            goal.unwrap_or_else(|| panic!("no goal {name:?} on {fixture}")).met
+        };
+        assert_eq!(find("`doc->>'title'` against", "rich-text-small"), Some(true));
+        assert_eq!(find("`doc->>'title'`: peak", "rich-text-small"), Some(true));
+        assert_eq!(find("`doc::jsonb` against", "rich-text-small"), Some(false));
+        assert_eq!(find("GIN containment", "rich-text-small"), None);
+        assert_eq!(find("`automerge_heads`", "rich-text-small"), Some(true));
+        assert_eq!(find("`automerge_heads`", "map-list-small"), None);
+        assert_eq!(find("`automerge_change_count`", "rich-text-small"), Some(false));
+        assert_eq!(find("a small write", "rich-text-small"), None);
+        assert_eq!(find("an upsert", "rich-text-small"), Some(false));
+        let speedup = goals.iter().find(|g| g.goal.starts_with("`doc->>'title'` against")).unwrap();
+        assert_eq!(speedup.measured, "200× (1.00 ms against 200.00 ms)");
     }
 }

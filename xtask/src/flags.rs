@@ -86,6 +86,12 @@ pub struct BenchFlags {
     /// side within one binary.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+    /// Only the benchmarks whose id (`sql/read title/pg_automerge/rich-text-operations`:
+    /// level/operation, variant, fixture) matches this regular expression, criterion's
+    /// filter: `--filter '^sql/'` runs the SQL level alone. The SQL level's stored sizes and
+    /// WAL are `sql/storage/<fixture>`.
+    #[arg(long)]
+    pub filter: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -249,6 +255,16 @@ mod tests {
         assert_eq!(parse_bytes("4g"), Ok(4 << 30));
         assert_eq!(parse_bytes("512MB"), Ok(512 << 20));
         assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn bench_takes_a_filter_for_criterion() {
+        let filter = "^sql/(read title|heads)/";
+        let parsed = Xtask::try_parse_from(["xtask", "bench", "--quick", "--filter", filter]).unwrap();
+        let Verb::Bench(flags) = parsed.verb else { panic!("not the bench verb") };
+        assert_eq!(flags.filter.as_deref(), Some(filter));
+        let Verb::Bench(flags) = Xtask::try_parse_from(["xtask", "bench"]).unwrap().verb else { panic!() };
+        assert_eq!(flags.filter, None);
     }
 
     #[test]

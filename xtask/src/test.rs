@@ -105,7 +105,9 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     // Every bench runs once on the small fixtures: no timing is checked, only that each
     // still works against the extension as built.
     let major = flags.pg.majors()[0];
-    let benches = step("benchmarks, quick (a smoke check)", || bench::measure_and_report(sh, major, BenchScale::Small, 2))?;
+    let benches = step("benchmarks, quick (a smoke check)", || {
+        bench::measure_and_report(sh, major, BenchScale::Small, 2, None)
+    })?;
     summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
     total += Counts { passed: benches, failed: 0 };
     let docker = step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
