@@ -493,8 +493,7 @@ fn a_crafted_insert_after_an_element_that_does_not_exist() {
 /// Not fixed, and not the fast path's: with a predecessor the document lacks, the document
 /// Automerge holds after applying the change shows the put, the one it loads from its save
 /// does not. Load-apply-save keeps the JSON of the first, so the kept JSON is not the
-/// document's. (The append refuses a predecessor of an unknown actor, and takes one of a
-/// known actor, patching the JSON the same way.)
+/// document's. (The append refuses it: the predecessor is not what the root table shows.)
 #[test]
 #[ignore = "bug: load-apply-save keeps JSON that its own save does not load to"]
 fn a_crafted_put_whose_predecessor_does_not_exist() {
@@ -528,7 +527,7 @@ fn a_crafted_put_whose_predecessor_is_on_another_key() {
 
 /// Not fixed, and not the fast path's: Automerge applies a change whose operation ids are
 /// its actor's earlier ones, and saves a document it cannot load. The load-apply-save path
-/// stores that; the append stores a value that loads but whose changes cannot be listed.
+/// stores that; the append refuses it (its counters are not above the document's).
 #[test]
 #[ignore = "bug: load-apply-save stores a value that does not load"]
 fn a_crafted_change_that_reuses_an_operation_id() {
@@ -544,8 +543,8 @@ fn a_crafted_change_that_reuses_an_operation_id() {
 
 /// Not fixed, and not the fast path's: a change whose counters are not above those of its
 /// dependencies (Automerge writes none) is applied, and the document saved after it does not
-/// load ("max_op is lower than start_op"). The append stores a value that loads, until a
-/// write loads and saves it.
+/// load ("max_op is lower than start_op"). The append refuses it (its counters are not above
+/// the document's) and leaves it to the load-apply-save path.
 #[test]
 #[ignore = "bug: load-apply-save stores a value that does not load"]
 fn a_crafted_change_with_counters_below_its_dependencies() {
