@@ -592,9 +592,9 @@ fn markdown(results: &Results) -> String {
          upsert of the whole JSON); and the automerge crate doing the same work from the same \
          bytes (the core benches' `automerge` variant). The generated column write retitles a \
          table with `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`; a text edit then read \
-         types a few words into the middle of the content (a change the fast path appends but \
-         does not patch into the kept JSON) and reads the content back. Loads count the \
-         documents one run of the operation loaded.\n\n",
+         types a few words into the middle of the content (a change the stored header cannot \
+         check, so the write loads, applies and saves) and reads the content back. Loads count \
+         the documents (and the change sets applied to them) one run of the operation loaded.\n\n",
     );
     let mut operations: Vec<(&str, &str)> = results
         .rows
