@@ -98,20 +98,14 @@ fn encode_loaded(doc: &Automerge, keep_json: bool, payload: &[u8], appended_chan
 /// How many change chunks follow the document chunk that `bytes` start with, when that is
 /// all they hold: the shape of a save, and of a stored payload with changes appended.
 fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
-    let (first, _, mut rest) = estimate::chunk(bytes).ok()?;
-    if first != estimate::DOCUMENT {
+    let mut chunks = estimate::chunks(bytes);
+    if chunks.next()?.ok()?.0 != estimate::DOCUMENT {
         return None;
     }
-    let mut changes = 0u32;
-    while !rest.is_empty() {
-        let (chunk_type, _, after) = estimate::chunk(rest).ok()?;
-        if !matches!(chunk_type, estimate::CHANGE | estimate::COMPRESSED_CHANGE) {
-            return None;
-        }
-        changes = changes.checked_add(1)?;
-        rest = after;
-    }
-    Some(changes)
+    chunks.try_fold(0u32, |changes, chunk| match chunk {
+        Ok((estimate::CHANGE | estimate::COMPRESSED_CHANGE, _)) => changes.checked_add(1),
+        _ => None,
+    })
 }
 
 /// The most memory a load may be estimated to take (`pg_automerge.max_load_memory`).
@@ -197,7 +191,7 @@ pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
 pub fn contains(value: &StoredValue<'_>, hashes: &[ChangeHash]) -> bool {
     hashes.iter().all(|hash| {
         value.summary.heads.contains(hash)
-            || value.kept.as_ref().is_some_and(|kept| kept.clock.values().any(|(_, latest)| latest == hash))
+            || value.kept.as_ref().is_some_and(|kept| kept.is_latest_change(hash))
     })
 }
 

@@ -264,6 +264,25 @@ impl Counts {
     }
 }
 
+/// The chunks of `input` in order, each as its type and its whole bytes (header included);
+/// a malformed chunk is an error, and the last item.
+pub(crate) fn chunks(input: &[u8]) -> impl Iterator<Item = Result<(u8, &[u8]), Error>> {
+    let mut rest = Some(input);
+    std::iter::from_fn(move || {
+        let current = rest.filter(|bytes| !bytes.is_empty())?;
+        match chunk(current) {
+            Ok((chunk_type, _, after)) => {
+                rest = Some(after);
+                Some(Ok((chunk_type, &current[..current.len() - after.len()])))
+            }
+            Err(err) => {
+                rest = None;
+                Some(Err(err))
+            }
+        }
+    })
+}
+
 /// Splits off the first chunk: its type, its data and the rest of the input.
 pub(crate) fn chunk(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
     if !input.starts_with(&AUTOMERGE_MAGIC[..input.len().min(4)]) {

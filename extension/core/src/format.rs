@@ -86,6 +86,13 @@ pub struct Kept<'a> {
     pub root: RootOps,
 }
 
+impl Kept<'_> {
+    /// Whether `hash` is the latest change of one of the document's actors.
+    pub fn is_latest_change(&self, hash: &ChangeHash) -> bool {
+        self.clock.values().any(|(_, latest)| latest == hash)
+    }
+}
+
 /// A stored value split into its header fields and the Automerge bytes, borrowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredValue<'a> {

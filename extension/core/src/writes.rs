@@ -126,13 +126,7 @@ fn append(
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = kept.clone();
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
-    let mut json = match kept.json {
-        Some(text) if settings.keep_json => match serde_json::from_str(text) {
-            Ok(Json::Object(map)) => Some(map),
-            _ => None,
-        },
-        _ => None,
-    };
+    let mut edits = Vec::new();
     for change in &parsed {
         let hash = change.hash();
         let latest = kept.clock.get(change.actor_id()).copied();
@@ -140,9 +134,7 @@ fn append(
             continue; // already in the document
         }
         let next_seq = latest.map_or(1, |(seq, _)| seq + 1);
-        let deps_known = change.deps().iter().all(|dep| {
-            heads.contains(dep) || kept.clock.values().any(|(_, latest)| latest == dep)
-        });
+        let deps_known = change.deps().iter().all(|dep| heads.contains(dep) || kept.is_latest_change(dep));
         if change.seq() != next_seq || !deps_known || !loads_after(change, latest, &new, &kept.clock, value) {
             return Ok(None);
         }
@@ -152,15 +144,10 @@ fn append(
         let Some(puts) = root_puts(change, &kept) else { return Ok(None) };
         for (key, op, value) in puts {
             match value {
-                Some(value) => {
-                    kept.root.insert(key.clone(), vec![op]);
-                    json.as_mut().map(|map| map.insert(key, value));
-                }
-                None => {
-                    kept.root.remove(&key);
-                    json.as_mut().map(|map| map.remove(&key));
-                }
-            }
+                Some(_) => kept.root.insert(key.clone(), vec![op]),
+                None => kept.root.remove(&key),
+            };
+            edits.push((key, value));
         }
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
@@ -176,7 +163,22 @@ fn append(
     if appended_changes > settings.append_limit {
         return Ok(None);
     }
-    let json = json.map(|map| Json::Object(map).to_string());
+    // The JSON is parsed only now that the changes are known to be appended.
+    let json = match kept.json {
+        Some(text) if settings.keep_json => match serde_json::from_str(text) {
+            Ok(Json::Object(mut map)) => {
+                for (key, value) in edits {
+                    match value {
+                        Some(value) => map.insert(key, value),
+                        None => map.remove(&key),
+                    };
+                }
+                Some(Json::Object(map).to_string())
+            }
+            _ => None,
+        },
+        _ => None,
+    };
     let kept = Kept { appended_changes, json: json.as_deref(), ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
@@ -274,24 +276,18 @@ fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bo
 
 /// The changes in `bytes`, when they are nothing but well-formed change chunks.
 fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
-    let mut changes = Vec::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let (chunk_type, _, after) = estimate::chunk(rest).ok()?;
-        if !matches!(chunk_type, estimate::CHANGE | estimate::COMPRESSED_CHANGE) {
-            return None;
-        }
-        let chunk = &rest[..rest.len() - after.len()];
-        let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
-        // Parsing does not check the checksum (the first bytes of the change's hash, also for
-        // a compressed chunk); every load does, and refuses the whole payload.
-        if chunk.get(4..8)? != &change.hash().0[..4] {
-            return None;
-        }
-        changes.push(change);
-        rest = after;
-    }
-    Some(changes)
+    estimate::chunks(bytes)
+        .map(|chunk| {
+            let (chunk_type, chunk) = chunk.ok()?;
+            if !matches!(chunk_type, estimate::CHANGE | estimate::COMPRESSED_CHANGE) {
+                return None;
+            }
+            let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
+            // Parsing does not check the checksum (the first bytes of the change's hash, also
+            // for a compressed chunk); every load does, and refuses the whole payload.
+            (chunk.get(4..8)? == &change.hash().0[..4]).then_some(change)
+        })
+        .collect()
 }
 
 /// What loading several inputs into one document is estimated to take.
