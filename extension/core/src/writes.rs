@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 
 use crate::document::{contains, load_stored, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
-use crate::format::{self, Kept, StoredValue};
+use crate::format::{self, Kept, RootOps, StoredValue};
 use crate::guard::no_panic;
 use crate::{cache, json, memory, Error};
 
@@ -141,14 +141,8 @@ fn append(
         // Only operations checked against what the header knows are appended: a change
         // that names an object, element or operation the document lacks would be stored
         // and make every later load fail.
-        let Some(puts) = root_puts(change, &kept) else { return Ok(None) };
-        for (key, op, value) in puts {
-            match value {
-                Some(_) => kept.root.insert(key.clone(), vec![op]),
-                None => kept.root.remove(&key),
-            };
-            edits.push((key, value));
-        }
+        let Some(puts) = root_puts(change, kept.max_op, &mut kept.root) else { return Ok(None) };
+        edits.extend(puts);
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
         kept.clock.insert(change.actor_id().clone(), (change.seq(), hash));
@@ -192,25 +186,24 @@ fn append(
     Ok(Some(format::encode(&summary, &kept, &payload)))
 }
 
-/// What a change does to root keys, as (key, its operation, the new JSON value or `None`
-/// for a delete), when that is all it does and the header shows it is sound: every
-/// operation puts a scalar on, or deletes, a root key, and replaces exactly the operations
-/// the key shows (its author saw them all), and its counters are above every operation of
-/// the document (so none is reused). The key then shows the new value alone, as on a load.
-fn root_puts(change: &Change, kept: &Kept<'_>) -> Option<Vec<(String, (u64, ActorId), Option<Json>)>> {
+/// What a change does to root keys, as (key, the new JSON value or `None` for a delete),
+/// when that is all it does and the header shows it is sound: every operation puts a scalar
+/// on, or deletes, a root key, and replaces exactly the operations `root` shows for the key
+/// (its author saw them all), and its counters are above `max_op`, every operation of the
+/// document (so none is reused). The key then shows the new value alone, as on a load, and
+/// `root` is updated so; on `None` it may be half updated, and the caller drops it.
+fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<(String, Option<Json>)>> {
     let start = change.start_op().get();
-    if start <= kept.max_op {
+    if start <= max_op {
         return None;
     }
     let ops = no_panic(|| change.decode()).ok()?.operations;
-    let mut shown = kept.root.clone();
     let mut puts = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
-        let id = (start + index as u64, change.actor_id().clone());
         let (ObjectId::Root, Key::Map(key), false) = (&op.obj, &op.key, op.insert) else { return None };
         let key = key.to_string();
         let mut pred: Vec<(u64, ActorId)> = op.pred.iter().map(|p| (p.counter(), p.actor().clone())).collect();
-        let mut current = shown.get(&key).cloned().unwrap_or_default();
+        let mut current = root.get(&key).cloned().unwrap_or_default();
         pred.sort();
         current.sort();
         if pred != current {
@@ -222,10 +215,10 @@ fn root_puts(change: &Change, kept: &Kept<'_>) -> Option<Vec<(String, (u64, Acto
             _ => return None,
         };
         match value {
-            Some(_) => shown.insert(key.clone(), vec![id.clone()]),
-            None => shown.remove(&key),
+            Some(_) => root.insert(key.clone(), vec![(start + index as u64, change.actor_id().clone())]),
+            None => root.remove(&key),
         };
-        puts.push((key, id, value));
+        puts.push((key, value));
     }
     Some(puts)
 }
