@@ -185,6 +185,14 @@ pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
     Ok(Cow::Owned(json::document(&load_stored(stored)?, None)?.to_string()))
 }
 
+/// The stored value saved anew in the current format, with no appended changes and its JSON
+/// when the settings keep it: one load, within the load limit.
+pub fn compact(stored: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
+    let value = format::decode(stored)?;
+    settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload.len()))?;
+    to_stored(&load_stored(stored)?, settings.keep_json)
+}
+
 /// Whether the stored value is known, from its header alone, to contain every change in
 /// `hashes`: each is one of its heads or the latest change of one of its actors (a change
 /// hash names its whole history, so the value then has their ancestors too).

@@ -103,14 +103,7 @@ fn automerge_storage(
 /// changes, or without JSON.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
-    let settings = write_settings();
-    let value = format::decode(doc.stored()).or_raise("automerge_compact");
-    settings
-        .load_limit
-        .check(&pg_automerge_core::estimate::estimate_stored(&value.summary, value.payload.len()))
-        .or_raise("automerge_compact");
-    let loaded = document::load_stored(doc.stored()).or_raise("automerge_compact");
-    StoredDoc::owned(document::to_stored(&loaded, settings.keep_json).or_raise("automerge_compact"))
+    StoredDoc::owned(document::compact(doc.stored(), write_settings()).or_raise("automerge_compact"))
 }
 
 #[cfg(any(test, feature = "pg_test"))]
