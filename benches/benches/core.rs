@@ -3,12 +3,13 @@
 
 use automerge::{Automerge, ReadDoc, ROOT};
 use benches::{
-    configure, criterion, fixtures, forks, record_peak, selected, Author, Fixture, AUTOMERGE,
-    OURS,
+    configure, criterion, fixtures, forks, record_peak, selected, Author, Fixture, AUTOMERGE, OURS,
 };
 use criterion::{BenchmarkId, Criterion};
 use fixtures::generated::Kind;
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes, to_stored, WriteSettings};
+use pg_automerge_core::document::{
+    load_stored, stored_from_client_bytes, to_stored, WriteSettings,
+};
 use pg_automerge_core::memory::CountingAllocator;
 use pg_automerge_core::{history, json, spans, writes};
 
@@ -72,20 +73,12 @@ fn benches(c: &mut Criterion) {
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
             Box::new(
-                load_stored(stored)
-                    .unwrap()
-                    .get(ROOT, "title")
-                    .unwrap()
-                    .map(|v| v.0.to_string()),
+                load_stored(stored).unwrap().get(ROOT, "title").unwrap().map(|v| v.0.to_string()),
             )
         },
         |(_, save)| {
             Box::new(
-                Automerge::load(save)
-                    .unwrap()
-                    .get(ROOT, "title")
-                    .unwrap()
-                    .map(|v| v.0.to_string()),
+                Automerge::load(save).unwrap().get(ROOT, "title").unwrap().map(|v| v.0.to_string()),
             )
         },
     );
@@ -114,11 +107,7 @@ fn benches(c: &mut Criterion) {
         &histories,
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
-            Box::new(
-                history::changes(&load_stored(stored).unwrap(), None)
-                    .unwrap()
-                    .len(),
-            )
+            Box::new(history::changes(&load_stored(stored).unwrap(), None).unwrap().len())
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes(&[]).len()),
     );
@@ -159,13 +148,7 @@ fn benches(c: &mut Criterion) {
         "incremental write",
         &histories,
         // The same change every iteration: each applies it to the stored value as it was.
-        |f| {
-            (
-                stored(f),
-                f.save.clone(),
-                Author::new(&f.save).retitle().1,
-            )
-        },
+        |f| (stored(f), f.save.clone(), Author::new(&f.save).retitle().1),
         |(stored, _, change)| Box::new(writes::apply(stored, change, NO_LIMIT).unwrap()),
         |(_, save, change)| {
             let mut doc = Automerge::load(save).unwrap();

@@ -31,33 +31,23 @@ impl Session {
         let conninfo = std::env::var("PG_AUTOMERGE_CONNECTION").expect(
             "PG_AUTOMERGE_CONNECTION names the cluster to benchmark (cargo xtask bench sets it)",
         );
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (client, connection) = runtime
-            .block_on(tokio_postgres::connect(&conninfo, NoTls))
-            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (client, connection) =
+            runtime.block_on(tokio_postgres::connect(&conninfo, NoTls)).unwrap();
         runtime.spawn(connection);
         Session { runtime, client }
     }
 
     fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> u64 {
-        self.runtime
-            .block_on(self.client.execute(sql, params))
-            .unwrap_or_else(|e| fail(sql, e))
+        self.runtime.block_on(self.client.execute(sql, params)).unwrap_or_else(|e| fail(sql, e))
     }
 
     fn batch(&self, sql: &str) {
-        self.runtime
-            .block_on(self.client.batch_execute(sql))
-            .unwrap_or_else(|e| fail(sql, e))
+        self.runtime.block_on(self.client.batch_execute(sql)).unwrap_or_else(|e| fail(sql, e))
     }
 
     fn query_row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Row {
-        self.runtime
-            .block_on(self.client.query_one(sql, params))
-            .unwrap_or_else(|e| fail(sql, e))
+        self.runtime.block_on(self.client.query_one(sql, params)).unwrap_or_else(|e| fail(sql, e))
     }
 
     fn query_one<T: for<'a> tokio_postgres::types::FromSql<'a>>(
@@ -76,7 +66,8 @@ impl Session {
             &[],
         );
         work();
-        let usage = self.query_row("SELECT peak_allocated_bytes, loads FROM automerge_memory_usage()", &[]);
+        let usage =
+            self.query_row("SELECT peak_allocated_bytes, loads FROM automerge_memory_usage()", &[]);
         Memory {
             peak_bytes: (usage.get::<_, i64>(0) - before).max(0) as u64,
             loads: Some(usage.get::<_, i64>(1) as u64),
@@ -89,7 +80,8 @@ impl Session {
         let mut samples: Vec<i64> = (0..WAL_SAMPLES)
             .map(|_| {
                 let input = input();
-                let before: String = self.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]);
+                let before: String =
+                    self.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]);
                 write(input);
                 self.query_one(
                     "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::bigint",
@@ -343,7 +335,8 @@ fn bench_query(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) {
-    let statement = session.runtime.block_on(session.client.prepare(sql)).unwrap_or_else(|e| fail(sql, e));
+    let statement =
+        session.runtime.block_on(session.client.prepare(sql)).unwrap_or_else(|e| fail(sql, e));
     group.bench_function(BenchmarkId::new(variant, fixture), |b| {
         b.iter(|| session.runtime.block_on(session.client.query(&statement, params)).unwrap())
     });
@@ -431,7 +424,8 @@ const UPSERT: &str = "INSERT INTO {docs} VALUES ($1, $2::bytea::automerge)
 const READ_CONTENT: &str = "SELECT length(doc->>'content') FROM {docs} WHERE name = $1";
 const JSONB_SET_TITLE: &str =
     "UPDATE bench_jsonb SET j = jsonb_set(j, '{title}', to_jsonb($2::text)) WHERE name = $1";
-const JSONB_UPSERT: &str = "INSERT INTO bench_jsonb VALUES ($1, jsonb_set($3, '{title}', to_jsonb($2::text)))
+const JSONB_UPSERT: &str =
+    "INSERT INTO bench_jsonb VALUES ($1, jsonb_set($3, '{title}', to_jsonb($2::text)))
                             ON CONFLICT (name) DO UPDATE SET j = excluded.j";
 /// The jsonb counterpart of typing into the middle of the content.
 const JSONB_TYPE: &str = "UPDATE bench_jsonb
@@ -457,9 +451,10 @@ fn storage(session: &Session, rows: &FixtureRows) {
             ),
             &[name],
         );
-        for (column, measure) in ["column_bytes", "format_version", "stored_bytes", "payload_bytes", "jsonb_bytes"]
-            .into_iter()
-            .enumerate()
+        for (column, measure) in
+            ["column_bytes", "format_version", "stored_bytes", "payload_bytes", "jsonb_bytes"]
+                .into_iter()
+                .enumerate()
         {
             record_storage(name, variant, measure, stored.get(column));
         }
@@ -471,7 +466,8 @@ fn storage(session: &Session, rows: &FixtureRows) {
             },
         );
         record_storage(name, variant, "wal_incremental_write_bytes", Some(wal));
-        let appended = path.sql("SELECT s.appended_changes FROM {docs}, automerge_storage(doc) s WHERE name = $1");
+        let appended = path
+            .sql("SELECT s.appended_changes FROM {docs}, automerge_storage(doc) s WHERE name = $1");
         record_storage(name, variant, "appended_changes", session.query_one(&appended, &[name]));
         let upsert = path.sql(UPSERT);
         let wal = session.wal_bytes(
@@ -483,7 +479,8 @@ fn storage(session: &Session, rows: &FixtureRows) {
         record_storage(name, variant, "wal_upsert_bytes", Some(wal));
     }
     session.use_path(Path::Fast);
-    let column = session.query_one("SELECT pg_column_size(j)::bigint FROM bench_jsonb WHERE name = $1", &[name]);
+    let column = session
+        .query_one("SELECT pg_column_size(j)::bigint FROM bench_jsonb WHERE name = $1", &[name]);
     record_storage(name, JSONB, "column_bytes", Some(column));
     let wal = session.wal_bytes(
         || rows.next_jsonb_edit(),
@@ -511,7 +508,12 @@ struct Writes<'a> {
 }
 
 impl<'a> Writes<'a> {
-    fn new(c: &'a mut Criterion, name: &'static str, session: &'a Session, fixture: &'a str) -> Writes<'a> {
+    fn new(
+        c: &'a mut Criterion,
+        name: &'static str,
+        session: &'a Session,
+        fixture: &'a str,
+    ) -> Writes<'a> {
         let mut group = c.benchmark_group(name);
         configure(&mut group);
         Writes { group, name, session, fixture }
@@ -519,7 +521,12 @@ impl<'a> Writes<'a> {
 
     /// pg_automerge's writes on `path`, under its settings; one write's memory is recorded
     /// first.
-    fn path<I, O>(&mut self, path: Path, mut input: impl FnMut() -> I, mut write: impl FnMut(I) -> O) {
+    fn path<I, O>(
+        &mut self,
+        path: Path,
+        mut input: impl FnMut() -> I,
+        mut write: impl FnMut(I) -> O,
+    ) {
         self.session.use_path(path);
         if selected(&format!("{}/{}/{}", self.name, path.variant(), self.fixture)) {
             let input = input();
@@ -535,7 +542,12 @@ impl<'a> Writes<'a> {
         self.bench(JSONB, input, write);
     }
 
-    fn bench<I, O>(&mut self, variant: &str, mut input: impl FnMut() -> I, mut write: impl FnMut(I) -> O) {
+    fn bench<I, O>(
+        &mut self,
+        variant: &str,
+        mut input: impl FnMut() -> I,
+        mut write: impl FnMut(I) -> O,
+    ) {
         self.group.bench_function(BenchmarkId::new(variant, self.fixture), |b| {
             b.iter_batched(&mut input, &mut write, BatchSize::PerIteration)
         });
@@ -556,9 +568,16 @@ fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     let mut group = Writes::new(c, "sql/incremental write", session, name);
     for path in Path::BOTH {
         let apply = path.sql(APPLY);
-        group.path(path, || rows.author(path).retitle().1, |change| session.execute(&apply, &[name, &change]));
+        group.path(
+            path,
+            || rows.author(path).retitle().1,
+            |change| session.execute(&apply, &[name, &change]),
+        );
     }
-    group.jsonb(|| rows.next_jsonb_edit(), |title| session.execute(JSONB_SET_TITLE, &[name, &title]));
+    group.jsonb(
+        || rows.next_jsonb_edit(),
+        |title| session.execute(JSONB_SET_TITLE, &[name, &title]),
+    );
     group.finish();
 
     let mut group = Writes::new(c, "sql/generated column write", session, name);
@@ -570,7 +589,10 @@ fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
             |change| session.execute(&apply, &[name, &change]),
         );
     }
-    group.jsonb(|| rows.next_jsonb_edit(), |title| session.execute(JSONB_SET_TITLE, &[name, &title]));
+    group.jsonb(
+        || rows.next_jsonb_edit(),
+        |title| session.execute(JSONB_SET_TITLE, &[name, &title]),
+    );
     group.finish();
 
     let mut group = Writes::new(c, "sql/upsert full save", session, name);
@@ -626,7 +648,11 @@ fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
             &[name],
         );
         let title = generated_author.title();
-        assert_eq!((generated.get::<_, String>(0), generated.get::<_, String>(1)), (title.clone(), title), "{name}");
+        assert_eq!(
+            (generated.get::<_, String>(0), generated.get::<_, String>(1)),
+            (title.clone(), title),
+            "{name}"
+        );
     }
 }
 

@@ -63,11 +63,7 @@ pub fn fixtures(compacted: bool) -> Vec<Fixture> {
     let mut fixtures = Vec::new();
     for kind in Kind::ALL {
         for compacted in [false, true].into_iter().filter(|c| !c || compacted) {
-            let spec = Spec {
-                kind,
-                scale: scale(),
-                compacted,
-            };
+            let spec = Spec { kind, scale: scale(), compacted };
             let save = cached(&dir, spec).expect("the fixtures directory is writable");
             fixtures.push(Fixture { spec, save });
         }
@@ -84,9 +80,7 @@ pub fn criterion() -> Criterion {
             .warm_up_time(Duration::from_millis(20))
             .measurement_time(Duration::from_millis(50))
     } else {
-        criterion
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(5))
+        criterion.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5))
     }
 }
 
@@ -104,9 +98,8 @@ pub struct Author {
 
 impl Author {
     pub fn new(save: &[u8]) -> Author {
-        let doc = AutoCommit::load(save)
-            .expect("fixtures load")
-            .with_actor(ActorId::from([0xe5; 16]));
+        let doc =
+            AutoCommit::load(save).expect("fixtures load").with_actor(ActorId::from([0xe5; 16]));
         Author { doc, count: 0 }
     }
 
@@ -130,12 +123,8 @@ impl Author {
     }
 
     fn commit(&mut self) -> Vec<u8> {
-        self.doc
-            .commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
-        let change = self
-            .doc
-            .get_last_local_change()
-            .expect("a change was just committed");
+        self.doc.commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
+        let change = self.doc.get_last_local_change().expect("a change was just committed");
         change.raw_bytes().to_vec()
     }
 
@@ -159,20 +148,14 @@ impl Author {
     }
 
     fn content_id(&self) -> automerge::ObjId {
-        self.doc
-            .get(ROOT, "content")
-            .unwrap()
-            .expect("a text fixture has a content text")
-            .1
+        self.doc.get(ROOT, "content").unwrap().expect("a text fixture has a content text").1
     }
 }
 
 /// Two forks of `save`, each with one small change the other lacks.
 pub fn forks(save: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let fork = |actor: u8| {
-        let mut doc = AutoCommit::load(save)
-            .unwrap()
-            .with_actor(ActorId::from([actor; 16]));
+        let mut doc = AutoCommit::load(save).unwrap().with_actor(ActorId::from([actor; 16]));
         doc.put(ROOT, "title", format!("Fork {actor}")).unwrap();
         doc.commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
         doc.save()
@@ -212,7 +195,11 @@ pub fn record_memory(group: &str, variant: &str, fixture: &str, memory: Memory) 
 /// storage file, `fixture,variant,measure,value`; `None` is written as an empty value.
 pub fn record_storage(fixture: &str, variant: &str, measure: &str, value: Option<i64>) {
     let value = value.map(|v| v.to_string()).unwrap_or_default();
-    append_line("PG_AUTOMERGE_BENCH_STORAGE", "storage.csv", &format!("{fixture},{variant},{measure},{value}"));
+    append_line(
+        "PG_AUTOMERGE_BENCH_STORAGE",
+        "storage.csv",
+        &format!("{fixture},{variant},{measure},{value}"),
+    );
 }
 
 /// Appends `line` to the file named by `variable`, by default `file` beside criterion's output.
@@ -221,11 +208,7 @@ fn append_line(variable: &str, file: &str, line: &str) {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target/criterion").join(file));
     std::fs::create_dir_all(path.parent().expect("a file has a directory")).unwrap();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap();
+    let mut file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
     writeln!(file, "{line}").unwrap();
 }
 

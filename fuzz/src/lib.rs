@@ -67,7 +67,10 @@ pub struct Summary {
 pub fn bases() -> Vec<Vec<u8>> {
     fixtures::samples()
         .iter()
-        .map(|s| stored_from_client_bytes(&s.doc.save(), WriteSettings::UNLIMITED).expect("a valid sample"))
+        .map(|s| {
+            stored_from_client_bytes(&s.doc.save(), WriteSettings::UNLIMITED)
+                .expect("a valid sample")
+        })
         .collect()
 }
 
@@ -139,7 +142,10 @@ pub fn campaign(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Summ
         }
 
         for failure in report.failures {
-            let kind = (failure.target, failure.what.chars().filter(|c| !c.is_ascii_digit()).collect::<String>());
+            let kind = (
+                failure.target,
+                failure.what.chars().filter(|c| !c.is_ascii_digit()).collect::<String>(),
+            );
             if failure_kinds.insert(kind) {
                 let path = write_input(&settings.failures_dir, failure.target, &input);
                 summary.failures.push((failure, path));

@@ -33,8 +33,10 @@ struct Flags {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let number: u64 = number.parse().map_err(|_| format!("`{text}` does not start with a number"))?;
+    let (number, unit) =
+        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let number: u64 =
+        number.parse().map_err(|_| format!("`{text}` does not start with a number"))?;
     let seconds = match unit {
         "s" | "" => number,
         "m" => number * 60,

@@ -35,8 +35,24 @@ impl Rng {
 
 /// Numbers that make run lengths, counts, lengths and indexes interesting.
 const INTERESTING: &[u64] = &[
-    0, 1, 2, 0x3f, 0x40, 0x7f, 0x80, 0xff, 0x100, 0x7fff, 0xffff, 1 << 20, 1 << 24,
-    i32::MAX as u64, u32::MAX as u64, 1 << 40, i64::MAX as u64, u64::MAX,
+    0,
+    1,
+    2,
+    0x3f,
+    0x40,
+    0x7f,
+    0x80,
+    0xff,
+    0x100,
+    0x7fff,
+    0xffff,
+    1 << 20,
+    1 << 24,
+    i32::MAX as u64,
+    u32::MAX as u64,
+    1 << 40,
+    i64::MAX as u64,
+    u64::MAX,
 ];
 
 /// A mutant of `input`; `other` is another corpus input to splice from.
@@ -174,9 +190,8 @@ mod tests {
     fn most_mutants_keep_valid_checksums() {
         let saved = fixtures::samples()[1].doc.save();
         let mut rng = Rng::new(1);
-        let framed = (0..200)
-            .filter(|_| chunks::split(&mutate(&mut rng, &saved, &saved)).is_some())
-            .count();
+        let framed =
+            (0..200).filter(|_| chunks::split(&mutate(&mut rng, &saved, &saved)).is_some()).count();
         assert!(framed > 100, "only {framed} of 200 mutants are well framed");
     }
 }

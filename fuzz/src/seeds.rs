@@ -44,7 +44,10 @@ pub fn all() -> Vec<Seed> {
     documents.push(("huge-change".into(), fixtures::hostile::huge_change(300)));
     documents.push(("deep-block".into(), fixtures::hostile::deep_block(30)));
     // The generated editing histories (small scale): many actors' changes, blocks and marks.
-    for spec in fixtures::generated::Spec::all().into_iter().filter(|s| s.scale == fixtures::generated::Scale::Small) {
+    for spec in fixtures::generated::Spec::all()
+        .into_iter()
+        .filter(|s| s.scale == fixtures::generated::Scale::Small)
+    {
         let doc = Automerge::load(&fixtures::generated::generate(spec)).expect("fixtures load");
         documents.push((spec.name(), doc));
     }

@@ -11,7 +11,8 @@ use pg_automerge_core::{format, heads, history, json, memory, spans, text_form, 
 
 /// The write settings (and load limit) the fuzzer runs under: low enough that what it lets through loads in
 /// well under a second, high enough for every seed.
-pub const LOAD_LIMIT: WriteSettings = WriteSettings { load_limit: LoadLimit(Some(64 << 20)), ..WriteSettings::UNLIMITED };
+pub const LOAD_LIMIT: WriteSettings =
+    WriteSettings { load_limit: LoadLimit(Some(64 << 20)), ..WriteSettings::UNLIMITED };
 
 /// A load may reach this many times its estimate before it counts as a failure. The
 /// estimate is calibrated to be above every measured peak; twice leaves room for the
@@ -67,7 +68,11 @@ pub struct Report {
 
 impl Report {
     /// Runs `call` as `target`, catching any panic as a failure.
-    fn call<T>(&mut self, target: &'static str, call: impl FnOnce() -> Result<T, Error>) -> Option<T> {
+    fn call<T>(
+        &mut self,
+        target: &'static str,
+        call: impl FnOnce() -> Result<T, Error>,
+    ) -> Option<T> {
         match panic::catch_unwind(AssertUnwindSafe(call)) {
             Ok(Ok(value)) => {
                 self.signature.push(format!("{target}: ok"));
@@ -206,7 +211,9 @@ fn reads(report: &mut Report, stored: &[u8]) {
         };
         report.call("history::changes", || history::changes(&doc, Some(&at)));
         report.call("history::catch_up", || history::catch_up(&doc, &at));
-        report.call("json::document", || known(&doc, &at).and_then(|()| json::document(&doc, Some(&at))));
+        report.call("json::document", || {
+            known(&doc, &at).and_then(|()| json::document(&doc, Some(&at)))
+        });
         for path in &texts {
             report.call("spans::spans", || spans::spans(&doc, path, Some(&at)));
         }

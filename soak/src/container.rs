@@ -46,7 +46,9 @@ impl Server {
         let memory = options.memory_bytes.map(|bytes| bytes as i64);
         let container = GenericImage::new(name, tag)
             .with_exposed_port(5432.tcp())
-            .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
+            .with_wait_for(WaitFor::message_on_stderr(
+                "database system is ready to accept connections",
+            ))
             .with_label(RUN_LABEL, options.run.clone())
             .with_env_var("POSTGRES_PASSWORD", PASSWORD)
             .with_env_var("POSTGRES_DB", DATABASE)
@@ -66,7 +68,10 @@ impl Server {
     }
 
     pub fn conninfo(&self) -> String {
-        format!("host=127.0.0.1 port={} user=postgres password={PASSWORD} dbname={DATABASE}", self.port)
+        format!(
+            "host=127.0.0.1 port={} user=postgres password={PASSWORD} dbname={DATABASE}",
+            self.port
+        )
     }
 
     /// A new connection, its connection task spawned.
@@ -83,7 +88,10 @@ impl Server {
     /// A new connection whose asynchronous messages (notifications) the caller reads.
     pub async fn connect_raw(
         &self,
-    ) -> Result<(Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>)> {
+    ) -> Result<(
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    )> {
         Ok(tokio_postgres::connect(&self.conninfo(), NoTls).await?)
     }
 
@@ -97,7 +105,6 @@ impl Server {
         }
         Ok(stat)
     }
-
 }
 
 /// `name value` lines.

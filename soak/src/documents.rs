@@ -31,7 +31,13 @@ pub struct Document {
 }
 
 impl Document {
-    fn new(name: &str, doc: &Automerge, save: Vec<u8>, large: bool, text_path: Option<&[&str]>) -> Document {
+    fn new(
+        name: &str,
+        doc: &Automerge,
+        save: Vec<u8>,
+        large: bool,
+        text_path: Option<&[&str]>,
+    ) -> Document {
         Document {
             name: name.to_string(),
             save,
@@ -74,7 +80,9 @@ impl Catalogue {
             DocumentSet::Small => Vec::new(),
             DocumentSet::WithLarge => [Kind::RichText, Kind::MapList]
                 .into_iter()
-                .map(|kind| generated(Spec { kind, scale: Scale::Operations, compacted: false }, true))
+                .map(|kind| {
+                    generated(Spec { kind, scale: Scale::Operations, compacted: false }, true)
+                })
                 .collect::<std::io::Result<_>>()?,
         };
         Ok(Catalogue { small, medium, large })
@@ -92,7 +100,6 @@ impl Catalogue {
             &self.small[id % self.small.len()]
         }
     }
-
 
     /// The first row id made from each document, among `1..=rows`.
     pub fn one_row_each(&self, rows: i64) -> Vec<i64> {

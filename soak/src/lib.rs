@@ -68,7 +68,8 @@ impl Outcome {
 /// Runs the soak described by `config`.
 pub async fn run(config: Config) -> Result<Outcome> {
     let started_at = chrono::Utc::now();
-    let catalogue = Arc::new(documents::Catalogue::new(config.documents).context("making the fixtures")?);
+    let catalogue =
+        Arc::new(documents::Catalogue::new(config.documents).context("making the fixtures")?);
     let server = container::Server::start(&container::ServerOptions {
         image: config.image.clone(),
         memory_bytes: Some(config.memory_bytes),
@@ -86,9 +87,10 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let listener = listener::Listener::start(&server).await?;
     let state = Arc::new(load::State::new(config.clone(), catalogue.clone()));
     state.seed_initial(&setup).await.context("inserting the initial documents")?;
-    let load_peaks = report::load_peaks(&setup, &catalogue.one_row_each(config.initial_documents as i64))
-        .await
-        .context("measuring each document's load")?;
+    let load_peaks =
+        report::load_peaks(&setup, &catalogue.one_row_each(config.initial_documents as i64))
+            .await
+            .context("measuring each document's load")?;
 
     let begun = Instant::now();
     state.start_clock(begun);
@@ -98,7 +100,8 @@ pub async fn run(config: Config) -> Result<Outcome> {
         let client = server.connect().await?;
         workers.push(tokio::spawn(load::work(worker, client, state.clone(), deadline)));
     }
-    let samples = sampler::sample_until(&server, &setup, &state, &listener, begun, deadline).await?;
+    let samples =
+        sampler::sample_until(&server, &setup, &state, &listener, begun, deadline).await?;
     let mut final_heaps = Vec::new();
     for worker in workers {
         final_heaps.push(worker.await.context("a worker panicked")??);
@@ -107,9 +110,18 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let verification = verify::check(&server, &state, &listener, &final_heaps, drained).await?;
     let report = match &config.results_dir {
         Some(dir) => Some(
-            report::write(dir, &setup, &environment, &config, &state, &samples, &verification, &load_peaks)
-                .await
-                .context("writing the report")?,
+            report::write(
+                dir,
+                &setup,
+                &environment,
+                &config,
+                &state,
+                &samples,
+                &verification,
+                &load_peaks,
+            )
+            .await
+            .context("writing the report")?,
         ),
         None => None,
     };

@@ -38,10 +38,12 @@ impl Listener {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
-                    Ok(AsyncMessage::Notification(notification)) => match parse(notification.payload()) {
-                        Some(parsed) => into.lock().unwrap().push(parsed),
-                        None => bad.lock().unwrap().push(notification.payload().to_string()),
-                    },
+                    Ok(AsyncMessage::Notification(notification)) => {
+                        match parse(notification.payload()) {
+                            Some(parsed) => into.lock().unwrap().push(parsed),
+                            None => bad.lock().unwrap().push(notification.payload().to_string()),
+                        }
+                    }
                     Ok(_) => {}
                     Err(error) => {
                         bad.lock().unwrap().push(format!("the LISTEN connection failed: {error}"));
@@ -83,7 +85,9 @@ fn parse(payload: &str) -> Option<Notification> {
     let json: serde_json::Value = serde_json::from_str(payload).ok()?;
     let hashes = |field: &str| {
         json.get(field).and_then(|heads| {
-            heads.as_array().map(|list| list.iter().filter_map(|h| h.as_str().map(str::to_string)).collect())
+            heads
+                .as_array()
+                .map(|list| list.iter().filter_map(|h| h.as_str().map(str::to_string)).collect())
         })
     };
     Some(Notification {
@@ -106,7 +110,10 @@ mod tests {
         assert_eq!(parsed.operation, "UPDATE");
         assert_eq!(parsed.heads, Some(vec!["9f2c".to_string()]));
         assert_eq!(parsed.previous_heads, Some(vec!["3b55".to_string()]));
-        let truncated = super::parse(r#"{"table": "t", "operation": "UPDATE", "key": {"id": 7}, "truncated": true}"#).unwrap();
+        let truncated = super::parse(
+            r#"{"table": "t", "operation": "UPDATE", "key": {"id": 7}, "truncated": true}"#,
+        )
+        .unwrap();
         assert_eq!(truncated.heads, None);
         assert!(super::parse("not json").is_none());
     }

@@ -213,11 +213,21 @@ impl State {
     }
 
     /// A random row whose document matches `wanted`, or none after a few tries.
-    fn row_where(&self, rng: &mut fastrand::Rng, wanted: impl Fn(&crate::documents::Document) -> bool) -> Option<i64> {
+    fn row_where(
+        &self,
+        rng: &mut fastrand::Rng,
+        wanted: impl Fn(&crate::documents::Document) -> bool,
+    ) -> Option<i64> {
         (0..32).map(|_| self.random_row(rng)).find(|&id| wanted(self.catalogue.for_id(id)))
     }
 
-    fn record(&self, query: Query, id: Option<i64>, started: Instant, outcome: Result<(), tokio_postgres::Error>) -> bool {
+    fn record(
+        &self,
+        query: Query,
+        id: Option<i64>,
+        started: Instant,
+        outcome: Result<(), tokio_postgres::Error>,
+    ) -> bool {
         let millis = started.elapsed().as_secs_f64() * 1000.0;
         let at = self.seconds();
         let large = id.is_some_and(|id| self.catalogue.for_id(id).large);
@@ -227,7 +237,9 @@ impl State {
             Ok(()) => true,
             Err(error) => {
                 let message = match error.as_db_error() {
-                    Some(db) => format!("{} ({}): {}", db.severity(), db.code().code(), db.message()),
+                    Some(db) => {
+                        format!("{} ({}): {}", db.severity(), db.code().code(), db.message())
+                    }
                     None => error.to_string(),
                 };
                 log.failures.push(Failure { query, at, message });
@@ -282,16 +294,24 @@ fn actor(worker: usize, id: i64, generation: u32) -> ActorId {
 
 /// Runs the mix on one connection until `deadline`; returns the backend's Rust heap
 /// between statements at the end.
-pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: Instant) -> Result<i64> {
+pub async fn work(
+    worker: usize,
+    client: Client,
+    state: Arc<State>,
+    deadline: Instant,
+) -> Result<i64> {
     let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
     let mut replicas: HashMap<i64, Replica> = HashMap::new();
     // A failed write leaves a change the row lacks: the next replica of that row starts a
     // new actor rather than depend on it.
     let mut generations: HashMap<i64, u32> = HashMap::new();
     let insert = client.prepare(&insert_sql()).await?;
-    let incremental = client.prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2")).await?;
+    let incremental =
+        client.prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2")).await?;
     let title = client.prepare(&format!("SELECT doc->>'title' FROM {TABLE} WHERE id = $1")).await?;
-    let containment = client.prepare(&format!("SELECT count(*) FROM {TABLE} WHERE body @> $1::text::jsonb")).await?;
+    let containment = client
+        .prepare(&format!("SELECT count(*) FROM {TABLE} WHERE body @> $1::text::jsonb"))
+        .await?;
     let spans = client
         .prepare(&format!("SELECT jsonb_array_length(automerge_spans(doc, $2::text[])) FROM {TABLE} WHERE id = $1"))
         .await?;
@@ -306,7 +326,9 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
         ))
         .await?;
     let merge = client
-        .prepare(&format!("SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"))
+        .prepare(&format!(
+            "SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"
+        ))
         .await?;
     let memory = client
         .prepare(
@@ -333,7 +355,8 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
         if let Some(id) = state.claim_insert() {
             let document = state.catalogue.for_id(id);
             let started = Instant::now();
-            let outcome = client.execute(&insert, &[&id, &document.name, &document.save]).await.map(drop);
+            let outcome =
+                client.execute(&insert, &[&id, &document.name, &document.save]).await.map(drop);
             if state.record(Query::Insert, Some(id), started, outcome) {
                 state.committed_insert(id);
             }
@@ -350,16 +373,17 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
             Query::Incremental | Query::Upsert => {
                 let id = state.row_to_write(&mut rng);
                 let generation = *generations.entry(id).or_insert(0);
-                let replica = replicas
-                    .entry(id)
-                    .or_insert_with(|| Replica { doc: AutoCommit::new().with_actor(actor(worker, id, generation)) });
+                let replica = replicas.entry(id).or_insert_with(|| Replica {
+                    doc: AutoCommit::new().with_actor(actor(worker, id, generation)),
+                });
                 let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
                 replica.doc.put(ROOT, format!("soak_w{worker}"), count as i64)?;
                 let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
                 replica.doc.put(ROOT, format!("soak_note_w{worker}"), note)?;
                 let now_ms = chrono::Utc::now().timestamp_millis();
                 replica.doc.commit_with(CommitOptions::default().with_time(now_ms));
-                let change = replica.doc.get_last_local_change().expect("a change was just committed");
+                let change =
+                    replica.doc.get_last_local_change().expect("a change was just committed");
                 let hash = change.hash().to_string();
                 let started = Instant::now();
                 let outcome = if query == Query::Incremental {
@@ -371,7 +395,11 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
                 let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
                 if state.record(query, Some(id), started, outcome.map(drop)) {
                     if updated {
-                        state.log.lock().unwrap().writes.push(Write { id, query, hashes: vec![hash] });
+                        state.log.lock().unwrap().writes.push(Write {
+                            id,
+                            query,
+                            hashes: vec![hash],
+                        });
                     }
                 } else {
                     replicas.remove(&id);
@@ -393,7 +421,10 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
                 state.record(query, None, started, outcome);
             }
             Query::Spans => {
-                let Some(id) = state.row_where(&mut rng, |document| document.text_path.is_some()) else { continue };
+                let Some(id) = state.row_where(&mut rng, |document| document.text_path.is_some())
+                else {
+                    continue;
+                };
                 let path = state.catalogue.for_id(id).text_path.clone();
                 let started = Instant::now();
                 let outcome = client.query_one(&spans, &[&id, &path]).await.map(drop);
@@ -409,10 +440,16 @@ pub async fn work(worker: usize, client: Client, state: Arc<State>, deadline: In
                 // Replicas of one document: rows made from the same fixture, each with its own
                 // writes. (Unrelated documents may reuse an actor's sequence numbers, which
                 // Automerge refuses to merge.)
-                let Some(first) = state.row_where(&mut rng, |document| !document.large) else { continue };
+                let Some(first) = state.row_where(&mut rng, |document| !document.large) else {
+                    continue;
+                };
                 let name = state.catalogue.for_id(first).name.clone();
                 let mut ids = vec![first];
-                ids.extend((0..2).filter_map(|_| state.row_where(&mut rng, |document| document.name == name)));
+                ids.extend(
+                    (0..2).filter_map(|_| {
+                        state.row_where(&mut rng, |document| document.name == name)
+                    }),
+                );
                 let started = Instant::now();
                 let outcome = client.query_one(&merge, &[&ids]).await.map(drop);
                 state.record(query, None, started, outcome);

@@ -5,11 +5,19 @@ use anyhow::{bail, Context, Result};
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let json = std::env::args().nth(1).context("no configuration given: run the soak with `cargo xtask soak`")?;
-    let config: soak::Config = serde_json::from_str(&json).context("reading the soak configuration")?;
+    let json = std::env::args()
+        .nth(1)
+        .context("no configuration given: run the soak with `cargo xtask soak`")?;
+    let config: soak::Config =
+        serde_json::from_str(&json).context("reading the soak configuration")?;
     let outcome = soak::run(config).await?;
     for invariant in &outcome.invariants {
-        println!("{} {}: {}", if invariant.holds { "ok    " } else { "FAILED" }, invariant.name, invariant.detail);
+        println!(
+            "{} {}: {}",
+            if invariant.holds { "ok    " } else { "FAILED" },
+            invariant.name,
+            invariant.detail
+        );
     }
     if let Some(report) = &outcome.report {
         println!("report: {}", report.display());

@@ -24,10 +24,15 @@ pub struct Environment {
 }
 
 impl Environment {
-    pub async fn collect(client: &Client, started_at: chrono::DateTime<chrono::Utc>) -> Result<Environment> {
+    pub async fn collect(
+        client: &Client,
+        started_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Environment> {
         let server_version: String = client.query_one("SELECT version()", &[]).await?.get(0);
-        let extension_version: String =
-            client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_automerge'", &[]).await?.get(0);
+        let extension_version: String = client
+            .query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_automerge'", &[])
+            .await?
+            .get(0);
         let mut settings = Vec::new();
         for name in [
             "shared_preload_libraries",
@@ -40,7 +45,8 @@ impl Environment {
             "pg_automerge.max_load_memory",
             "autovacuum_vacuum_scale_factor",
         ] {
-            let value: String = client.query_one(&format!("SELECT current_setting('{name}')"), &[]).await?.get(0);
+            let value: String =
+                client.query_one(&format!("SELECT current_setting('{name}')"), &[]).await?.get(0);
             settings.push((name.to_string(), value));
         }
         let docker_version = std::process::Command::new("docker")
@@ -70,8 +76,18 @@ pub async fn load_peaks(client: &Client, ids: &[i64]) -> Result<Vec<LoadPeak>> {
         let row = client
             .query_one(&format!("SELECT kind, pg_column_size(doc)::bigint, doc->>'title' FROM {TABLE} WHERE id = $1"), &[id])
             .await?;
-        let usage = client.query_one("SELECT peak_allocated_bytes, load_time_ms FROM automerge_memory_usage()", &[]).await?;
-        peaks.push(LoadPeak { name: row.get(0), stored_bytes: row.get(1), peak_bytes: usage.get(0), load_ms: usage.get(1) });
+        let usage = client
+            .query_one(
+                "SELECT peak_allocated_bytes, load_time_ms FROM automerge_memory_usage()",
+                &[],
+            )
+            .await?;
+        peaks.push(LoadPeak {
+            name: row.get(0),
+            stored_bytes: row.get(1),
+            peak_bytes: usage.get(0),
+            load_ms: usage.get(1),
+        });
     }
     peaks.sort_by_key(|peak| std::cmp::Reverse(peak.peak_bytes));
     Ok(peaks)
@@ -97,7 +113,12 @@ async fn stored_sizes(client: &Client) -> Result<Vec<StoredSize>> {
         .await?;
     Ok(rows
         .iter()
-        .map(|row| StoredSize { kind: row.get(0), rows: row.get(1), stored_doc: row.get(2), stored_jsonb: row.get(3) })
+        .map(|row| StoredSize {
+            kind: row.get(0),
+            rows: row.get(1),
+            stored_doc: row.get(2),
+            stored_jsonb: row.get(3),
+        })
         .collect())
 }
 
@@ -149,9 +170,22 @@ pub async fn write(
         writeln!(md, "| {name} | {value} |")?;
     }
     writeln!(md, "| container memory limit | {} MB, no swap |", config.memory_bytes >> 20)?;
-    writeln!(md, "| connections | {} running the mix, 1 listening, 1 sampling |", config.connections)?;
-    writeln!(md, "| GIN index | on `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`, fastupdate = {} |", on_off(config.gin_fastupdate))?;
-    writeln!(md, "| documents | {} at the start, {} at the end |", config.initial_documents, samples.last().map_or(0, |s| s.rows))?;
+    writeln!(
+        md,
+        "| connections | {} running the mix, 1 listening, 1 sampling |",
+        config.connections
+    )?;
+    writeln!(
+        md,
+        "| GIN index | on `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`, fastupdate = {} |",
+        on_off(config.gin_fastupdate)
+    )?;
+    writeln!(
+        md,
+        "| documents | {} at the start, {} at the end |",
+        config.initial_documents,
+        samples.last().map_or(0, |s| s.rows)
+    )?;
     for (name, value) in &environment.settings {
         writeln!(md, "| `{name}` | `{value}` |")?;
     }
@@ -166,7 +200,13 @@ pub async fn write(
     writeln!(md, "## Invariants\n")?;
     writeln!(md, "| invariant | holds | detail |\n|---|---|---|")?;
     for invariant in &verification.invariants {
-        writeln!(md, "| {} | {} | {} |", invariant.name, if invariant.holds { "yes" } else { "**NO**" }, invariant.detail)?;
+        writeln!(
+            md,
+            "| {} | {} | {} |",
+            invariant.name,
+            if invariant.holds { "yes" } else { "**NO**" },
+            invariant.detail
+        )?;
     }
     writeln!(
         md,
@@ -180,8 +220,10 @@ pub async fn write(
     let anonymous: Vec<f64> = samples.iter().filter_map(|s| s.anonymous_bytes).map(mb).collect();
     let cache: Vec<f64> = samples.iter().filter_map(|s| s.page_cache_bytes).map(mb).collect();
     let heap_sum: Vec<f64> = samples.iter().map(|s| mb(s.heap_sum_bytes as u64)).collect();
-    let contexts: Vec<f64> = log.connection_memory.iter().map(|c| mb(c.context_bytes as u64)).collect();
-    let resident: Vec<f64> = log.connection_memory.iter().map(|c| mb(c.resident_bytes as u64)).collect();
+    let contexts: Vec<f64> =
+        log.connection_memory.iter().map(|c| mb(c.context_bytes as u64)).collect();
+    let resident: Vec<f64> =
+        log.connection_memory.iter().map(|c| mb(c.resident_bytes as u64)).collect();
     let idle_heaps: Vec<f64> = log.connection_memory.iter().map(|c| c.heap_bytes as f64).collect();
     writeln!(md, "| measure (MB unless said) | min | median | p95 | max |\n|---|---|---|---|---|")?;
     for (name, values) in [
@@ -195,18 +237,34 @@ pub async fn write(
         writeln!(md, "| {name} | {} |", summary(values))?;
     }
     let peak = samples.iter().map(|s| s.heap_peak_max_bytes).max().unwrap_or(0);
-    writeln!(md, "\nThe largest Rust heap peak of any backend during the run: {:.0} MB.\n", mb(peak as u64))?;
+    writeln!(
+        md,
+        "\nThe largest Rust heap peak of any backend during the run: {:.0} MB.\n",
+        mb(peak as u64)
+    )?;
     writeln!(md, "What loading each document takes, measured before the mix on an idle connection (`automerge_memory_reset()`, `doc->>'title'`, `automerge_memory_usage()`):\n")?;
     writeln!(md, "| document | stored kB | load peak MB | load ms |\n|---|---|---|---|")?;
     for peak in load_peaks {
-        writeln!(md, "| {} | {:.1} | {:.1} | {:.0} |", peak.name, peak.stored_bytes as f64 / 1e3, mb(peak.peak_bytes as u64), peak.load_ms)?;
+        writeln!(
+            md,
+            "| {} | {:.1} | {:.1} | {:.0} |",
+            peak.name,
+            peak.stored_bytes as f64 / 1e3,
+            mb(peak.peak_bytes as u64),
+            peak.load_ms
+        )?;
     }
     writeln!(md)?;
 
     writeln!(md, "## Latency and throughput\n")?;
     writeln!(md, "![latency percentiles](latency.svg)\n")?;
     let statements = log.timings.len();
-    writeln!(md, "{statements} statements in {:.1} minutes: {:.1} per second.\n", duration / 60.0, statements as f64 / duration.max(1.0))?;
+    writeln!(
+        md,
+        "{statements} statements in {:.1} minutes: {:.1} per second.\n",
+        duration / 60.0,
+        statements as f64 / duration.max(1.0)
+    )?;
     writeln!(md, "| query | rows | count | per second | mean ms | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|---|")?;
     for row in &latency {
         writeln!(
@@ -234,27 +292,75 @@ pub async fn write(
     writeln!(md, "| measure | value |\n|---|---|")?;
     writeln!(md, "| WAL written during the load | {:.2} GB |", wal / 1e9)?;
     writeln!(md, "| writes (inserts, incremental writes, upserts) | {writes}, {large_writes} of them to large documents |")?;
-    writeln!(md, "| WAL per write, averaged over the mix | {:.0} kB |", wal / writes.max(1) as f64 / 1e3)?;
+    writeln!(
+        md,
+        "| WAL per write, averaged over the mix | {:.0} kB |",
+        wal / writes.max(1) as f64 / 1e3
+    )?;
     writeln!(md, "| WAL rate | {:.2} MB/s |", wal / duration.max(1.0) / 1e6)?;
-    writeln!(md, "| table with TOAST, start → end | {:.0} → {:.0} MB |", mb(first.table_bytes as u64), mb(last.table_bytes as u64))?;
-    writeln!(md, "| TOAST table, start → end | {:.0} → {:.0} MB |", mb(first.toast_bytes as u64), mb(last.toast_bytes as u64))?;
-    writeln!(md, "| GIN index, start → end | {:.0} → {:.0} MB |", mb(first.gin_bytes as u64), mb(last.gin_bytes as u64))?;
+    writeln!(
+        md,
+        "| table with TOAST, start → end | {:.0} → {:.0} MB |",
+        mb(first.table_bytes as u64),
+        mb(last.table_bytes as u64)
+    )?;
+    writeln!(
+        md,
+        "| TOAST table, start → end | {:.0} → {:.0} MB |",
+        mb(first.toast_bytes as u64),
+        mb(last.toast_bytes as u64)
+    )?;
+    writeln!(
+        md,
+        "| GIN index, start → end | {:.0} → {:.0} MB |",
+        mb(first.gin_bytes as u64),
+        mb(last.gin_bytes as u64)
+    )?;
     let dead_share: Vec<f64> = samples
         .iter()
         .filter(|s| s.toast_live_tuples + s.toast_dead_tuples > 0)
-        .map(|s| 100.0 * s.toast_dead_tuples as f64 / (s.toast_live_tuples + s.toast_dead_tuples) as f64)
+        .map(|s| {
+            100.0 * s.toast_dead_tuples as f64 / (s.toast_live_tuples + s.toast_dead_tuples) as f64
+        })
         .collect();
-    writeln!(md, "| TOAST dead tuples, % of its tuples (min / median / p95 / max) | {} |", summary(&dead_share).replace(" | ", " / "))?;
-    writeln!(md, "| autovacuum runs on the TOAST table | {} |", last.toast_autovacuums - first.toast_autovacuums)?;
+    writeln!(
+        md,
+        "| TOAST dead tuples, % of its tuples (min / median / p95 / max) | {} |",
+        summary(&dead_share).replace(" | ", " / ")
+    )?;
+    writeln!(
+        md,
+        "| autovacuum runs on the TOAST table | {} |",
+        last.toast_autovacuums - first.toast_autovacuums
+    )?;
     let pending: Vec<f64> = samples.iter().map(|s| s.gin_pending_pages as f64).collect();
-    writeln!(md, "| GIN pending list, pages (min / median / p95 / max) | {} |", summary(&pending).replace(" | ", " / "))?;
-    writeln!(md, "\nStored size per row at the end, by document (`pg_column_size`, compressed with `{}`):\n", setting(environment, "default_toast_compression"))?;
+    writeln!(
+        md,
+        "| GIN pending list, pages (min / median / p95 / max) | {} |",
+        summary(&pending).replace(" | ", " / ")
+    )?;
+    writeln!(
+        md,
+        "\nStored size per row at the end, by document (`pg_column_size`, compressed with `{}`):\n",
+        setting(environment, "default_toast_compression")
+    )?;
     writeln!(md, "| document | rows | `doc` kB | `body` (jsonb) kB |\n|---|---|---|---|")?;
     for size in &stored {
-        writeln!(md, "| {} | {} | {:.1} | {:.1} |", size.kind, size.rows, size.stored_doc / 1e3, size.stored_jsonb / 1e3)?;
+        writeln!(
+            md,
+            "| {} | {} | {:.1} | {:.1} |",
+            size.kind,
+            size.rows,
+            size.stored_doc / 1e3,
+            size.stored_jsonb / 1e3
+        )?;
     }
     writeln!(md, "\n## Files\n")?;
-    writeln!(md, "- `samples.csv`: every {} s, the container's memory, the Rust heaps, WAL, sizes, counts.", config.sample_interval_secs)?;
+    writeln!(
+        md,
+        "- `samples.csv`: every {} s, the container's memory, the Rust heaps, WAL, sizes, counts.",
+        config.sample_interval_secs
+    )?;
     writeln!(md, "- `connections.csv`: each connection's backend between statements, every 10 s.")?;
     writeln!(md, "- `latency.csv`: the latency table above.")?;
     writeln!(md, "- `memory.svg`, `latency.svg`, `wal.svg`, `growth.svg`: the charts.")?;
@@ -292,7 +398,11 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 fn summary(values: &[f64]) -> String {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    [0.0, 0.5, 0.95, 1.0].iter().map(|q| format!("{:.1}", quantile(&sorted, *q))).collect::<Vec<_>>().join(" | ")
+    [0.0, 0.5, 0.95, 1.0]
+        .iter()
+        .map(|q| format!("{:.1}", quantile(&sorted, *q)))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 struct LatencyRow {
@@ -311,8 +421,11 @@ fn latency_table(timings: &[Timing]) -> Vec<LatencyRow> {
     let mut rows = Vec::new();
     for query in Query::ALL {
         let on_one_row = !matches!(query, Query::Containment | Query::MergeAgg);
-        let groups: Vec<(&'static str, Option<bool>)> =
-            if on_one_row { vec![("small", Some(false)), ("large", Some(true))] } else { vec![("several", None)] };
+        let groups: Vec<(&'static str, Option<bool>)> = if on_one_row {
+            vec![("small", Some(false)), ("large", Some(true))]
+        } else {
+            vec![("several", None)]
+        };
         for (size, large) in groups {
             let mut millis: Vec<f64> = timings
                 .iter()
@@ -341,7 +454,18 @@ fn latency_table(timings: &[Timing]) -> Vec<LatencyRow> {
 fn write_latency_csv(path: &Path, rows: &[LatencyRow]) -> Result<()> {
     let mut csv = String::from("query,rows,count,mean_ms,p50_ms,p95_ms,p99_ms,max_ms\n");
     for r in rows {
-        writeln!(csv, "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3}", r.query.name(), r.size, r.count, r.mean, r.p50, r.p95, r.p99, r.max)?;
+        writeln!(
+            csv,
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3}",
+            r.query.name(),
+            r.size,
+            r.count,
+            r.mean,
+            r.p50,
+            r.p95,
+            r.p99,
+            r.max
+        )?;
     }
     Ok(fs::write(path, csv)?)
 }
@@ -384,9 +508,14 @@ fn write_samples_csv(path: &Path, samples: &[Sample]) -> Result<()> {
 }
 
 fn write_connections_csv(path: &Path, memory: &[crate::load::ConnectionMemory]) -> Result<()> {
-    let mut csv = String::from("seconds,connection,rust_heap_bytes,resident_bytes,memory_context_bytes\n");
+    let mut csv =
+        String::from("seconds,connection,rust_heap_bytes,resident_bytes,memory_context_bytes\n");
     for m in memory {
-        writeln!(csv, "{:.1},{},{},{},{}", m.at, m.worker, m.heap_bytes, m.resident_bytes, m.context_bytes)?;
+        writeln!(
+            csv,
+            "{:.1},{},{},{},{}",
+            m.at, m.worker, m.heap_bytes, m.resident_bytes, m.context_bytes
+        )?;
     }
     Ok(fs::write(path, csv)?)
 }
@@ -396,9 +525,18 @@ type Series = (String, Vec<(f64, f64)>);
 fn charts(dir: &Path, config: &Config, samples: &[Sample], timings: &[Timing]) -> Result<()> {
     let minutes = |s: &Sample| s.at / 60.0;
     let memory: Vec<Series> = vec![
-        ("anonymous".into(), samples.iter().filter_map(|s| Some((minutes(s), mb(s.anonymous_bytes?)))).collect()),
-        ("page cache (shared_buffers included)".into(), samples.iter().filter_map(|s| Some((minutes(s), mb(s.page_cache_bytes?)))).collect()),
-        ("Rust heaps of all backends".into(), samples.iter().map(|s| (minutes(s), mb(s.heap_sum_bytes as u64))).collect()),
+        (
+            "anonymous".into(),
+            samples.iter().filter_map(|s| Some((minutes(s), mb(s.anonymous_bytes?)))).collect(),
+        ),
+        (
+            "page cache (shared_buffers included)".into(),
+            samples.iter().filter_map(|s| Some((minutes(s), mb(s.page_cache_bytes?)))).collect(),
+        ),
+        (
+            "Rust heaps of all backends".into(),
+            samples.iter().map(|s| (minutes(s), mb(s.heap_sum_bytes as u64))).collect(),
+        ),
         (
             "memory limit".into(),
             samples.iter().map(|s| (minutes(s), mb(config.memory_bytes))).collect(),
@@ -414,8 +552,11 @@ fn charts(dir: &Path, config: &Config, samples: &[Sample], timings: &[Timing]) -
             let end = timings.iter().map(|t| t.at).fold(0.0, f64::max);
             let mut start = 0.0;
             while start < end {
-                let mut millis: Vec<f64> =
-                    timings.iter().filter(|t| t.query == query && t.at >= start && t.at < start + window).map(|t| t.millis).collect();
+                let mut millis: Vec<f64> = timings
+                    .iter()
+                    .filter(|t| t.query == query && t.at >= start && t.at < start + window)
+                    .map(|t| t.millis)
+                    .collect();
                 if !millis.is_empty() {
                     millis.sort_by(f64::total_cmp);
                     points.push(((start + window / 2.0) / 60.0, quantile(&millis, q).max(0.1)));
@@ -427,7 +568,13 @@ fn charts(dir: &Path, config: &Config, samples: &[Sample], timings: &[Timing]) -
             }
         }
     }
-    line_chart(&dir.join("latency.svg"), "Latency per query kind, per minute (log scale)", "ms", &latency, true)?;
+    line_chart(
+        &dir.join("latency.svg"),
+        "Latency per query kind, per minute (log scale)",
+        "ms",
+        &latency,
+        true,
+    )?;
 
     let rates: Vec<(f64, f64)> = samples
         .windows(2)
@@ -439,27 +586,51 @@ fn charts(dir: &Path, config: &Config, samples: &[Sample], timings: &[Timing]) -
     line_chart(&dir.join("wal.svg"), "WAL rate", "MB/s", &[("WAL".into(), rates)], false)?;
 
     let growth: Vec<Series> = vec![
-        ("documents / 10".into(), samples.iter().map(|s| (minutes(s), s.rows as f64 / 10.0)).collect()),
-        ("table with TOAST, MB".into(), samples.iter().map(|s| (minutes(s), mb(s.table_bytes as u64))).collect()),
-        ("TOAST, MB".into(), samples.iter().map(|s| (minutes(s), mb(s.toast_bytes as u64))).collect()),
-        ("GIN index, MB".into(), samples.iter().map(|s| (minutes(s), mb(s.gin_bytes as u64))).collect()),
+        (
+            "documents / 10".into(),
+            samples.iter().map(|s| (minutes(s), s.rows as f64 / 10.0)).collect(),
+        ),
+        (
+            "table with TOAST, MB".into(),
+            samples.iter().map(|s| (minutes(s), mb(s.table_bytes as u64))).collect(),
+        ),
+        (
+            "TOAST, MB".into(),
+            samples.iter().map(|s| (minutes(s), mb(s.toast_bytes as u64))).collect(),
+        ),
+        (
+            "GIN index, MB".into(),
+            samples.iter().map(|s| (minutes(s), mb(s.gin_bytes as u64))).collect(),
+        ),
     ];
     line_chart(&dir.join("growth.svg"), "Table growth", "documents / 10; MB", &growth, false)?;
     Ok(())
 }
 
-fn line_chart(path: &Path, title: &str, y_label: &str, series: &[Series], log_y: bool) -> Result<()> {
+fn line_chart(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[Series],
+    log_y: bool,
+) -> Result<()> {
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     let points = series.iter().flat_map(|(_, p)| p.iter());
     let x_max = points.clone().map(|p| p.0).fold(1.0, f64::max);
     let y_max = points.clone().map(|p| p.1).fold(1.0, f64::max) * 1.1;
     let mut builder = ChartBuilder::on(&root);
-    builder.caption(title, ("sans-serif", 22)).margin(12).x_label_area_size(40).y_label_area_size(70);
+    builder
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70);
     let palette = |i: usize| Palette99::pick(i).to_rgba();
     if log_y {
         let y_min = points.map(|p| p.1).fold(f64::MAX, f64::min).max(0.1);
-        let mut chart = builder.build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale()).map_err(plot_error)?;
+        let mut chart = builder
+            .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
+            .map_err(plot_error)?;
         chart.configure_mesh().x_desc("minutes").y_desc(y_label).draw().map_err(plot_error)?;
         for (i, (name, data)) in series.iter().enumerate() {
             let color = palette(i);
@@ -467,9 +638,16 @@ fn line_chart(path: &Path, title: &str, y_label: &str, series: &[Series], log_y:
                 .draw_series(LineSeries::new(data.iter().copied(), color.stroke_width(2)))
                 .map_err(plot_error)?
                 .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_error)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
     } else {
         let mut chart = builder.build_cartesian_2d(0.0..x_max, 0.0..y_max).map_err(plot_error)?;
         chart.configure_mesh().x_desc("minutes").y_desc(y_label).draw().map_err(plot_error)?;
@@ -479,9 +657,16 @@ fn line_chart(path: &Path, title: &str, y_label: &str, series: &[Series], log_y:
                 .draw_series(LineSeries::new(data.iter().copied(), color.stroke_width(2)))
                 .map_err(plot_error)?
                 .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(plot_error)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_error)?;
     }
     root.present().map_err(plot_error)?;
     Ok(())
@@ -514,7 +699,8 @@ mod tests {
             timing(Query::Incremental, true, 3000.0),
             timing(Query::Containment, false, 2.0),
         ]);
-        let shown: Vec<(Query, &str, usize, f64)> = rows.iter().map(|r| (r.query, r.size, r.count, r.mean)).collect();
+        let shown: Vec<(Query, &str, usize, f64)> =
+            rows.iter().map(|r| (r.query, r.size, r.count, r.mean)).collect();
         assert_eq!(
             shown,
             vec![

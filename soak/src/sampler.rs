@@ -93,7 +93,12 @@ pub async fn sample_until(
     Ok(samples)
 }
 
-async fn take(server: &Server, client: &Client, state: &State, listener: &Listener) -> Result<Sample> {
+async fn take(
+    server: &Server,
+    client: &Client,
+    state: &State,
+    listener: &Listener,
+) -> Result<Sample> {
     let memory = server.memory_stat().await.ok();
     let stat = |name: &str| memory.as_ref().and_then(|m| m.get(name).copied());
     let storage = client

@@ -50,12 +50,24 @@ pub async fn check(
         name: "no error",
         holds: log.failures.is_empty() && unreadable.is_empty(),
         detail: if log.failures.is_empty() && unreadable.is_empty() {
-            format!("{} statements, none failed; every notification was the documented JSON", log.timings.len())
+            format!(
+                "{} statements, none failed; every notification was the documented JSON",
+                log.timings.len()
+            )
         } else {
-            let mut shown: Vec<String> =
-                log.failures.iter().take(5).map(|f| format!("{} at {:.0} s: {}", f.query.name(), f.at, f.message)).collect();
+            let mut shown: Vec<String> = log
+                .failures
+                .iter()
+                .take(5)
+                .map(|f| format!("{} at {:.0} s: {}", f.query.name(), f.at, f.message))
+                .collect();
             shown.extend(unreadable.iter().take(3).cloned());
-            format!("{} failed statements, {} unreadable notifications; first: {}", log.failures.len(), unreadable.len(), shown.join("; "))
+            format!(
+                "{} failed statements, {} unreadable notifications; first: {}",
+                log.failures.len(),
+                unreadable.len(),
+                shown.join("; ")
+            )
         },
     });
 
@@ -65,8 +77,13 @@ pub async fn check(
         .query(&format!("SELECT id, automerge_change_count(doc), automerge_heads(doc) FROM {TABLE} ORDER BY id"), &[])
         .await?;
     let counts: BTreeMap<i64, i64> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-    let heads: HashMap<i64, Vec<String>> = rows.iter().map(|row| (row.get(0), row.get(2))).collect();
-    let inserted: Vec<i64> = written.iter().filter(|(_, w)| w.iter().any(|w| w.query == Query::Insert)).map(|(id, _)| *id).collect();
+    let heads: HashMap<i64, Vec<String>> =
+        rows.iter().map(|row| (row.get(0), row.get(2))).collect();
+    let inserted: Vec<i64> = written
+        .iter()
+        .filter(|(_, w)| w.iter().any(|w| w.query == Query::Insert))
+        .map(|(id, _)| *id)
+        .collect();
     let rows_match = counts.keys().copied().eq(inserted.iter().copied());
     invariants.push(Invariant {
         name: "every inserted row is there, and no other",
@@ -83,12 +100,17 @@ pub async fn check(
         }
     }
     invariants.push(Invariant {
-        name: "no duplicated or stray change: each row has its document's changes plus one per write",
+        name:
+            "no duplicated or stray change: each row has its document's changes plus one per write",
         holds: miscounted.is_empty(),
         detail: if miscounted.is_empty() {
             format!("automerge_change_count(doc) as expected on all {} rows", written.len())
         } else {
-            format!("{} rows differ: {}", miscounted.len(), miscounted.iter().take(5).cloned().collect::<Vec<_>>().join("; "))
+            format!(
+                "{} rows differ: {}",
+                miscounted.len(),
+                miscounted.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            )
         },
     });
 
@@ -101,8 +123,11 @@ pub async fn check(
     let mut total_hashes = 0;
     for (id, writes) in &written {
         let document_heads = state.catalogue.for_id(*id).heads.clone();
-        let changes: Vec<String> =
-            writes.iter().filter(|w| w.query != Query::Insert).flat_map(|w| w.hashes.iter().cloned()).collect();
+        let changes: Vec<String> = writes
+            .iter()
+            .filter(|w| w.query != Query::Insert)
+            .flat_map(|w| w.hashes.iter().cloned())
+            .collect();
         total_hashes += changes.len();
         if changes.is_empty() {
             let mut stored = heads.get(id).cloned().unwrap_or_default();
@@ -123,11 +148,14 @@ pub async fn check(
     let mut checkers = Vec::new();
     let chunk = to_read.len().div_ceil(CHECKING_CONNECTIONS).max(1);
     while !to_read.is_empty() {
-        let part: Vec<(i64, Vec<String>, Vec<String>)> = to_read.drain(..chunk.min(to_read.len())).collect();
+        let part: Vec<(i64, Vec<String>, Vec<String>)> =
+            to_read.drain(..chunk.min(to_read.len())).collect();
         let client = server.connect().await?;
         checkers.push(tokio::spawn(async move {
             let statement = client
-                .prepare(&format!("SELECT hash FROM {TABLE}, automerge_changes(doc, $2::text[]) WHERE id = $1"))
+                .prepare(&format!(
+                    "SELECT hash FROM {TABLE}, automerge_changes(doc, $2::text[]) WHERE id = $1"
+                ))
                 .await?;
             let mut wrong = Vec::new();
             for (id, document_heads, changes) in part {
@@ -138,12 +166,17 @@ pub async fn check(
                             *present.entry(row.get(0)).or_default() += 1;
                         }
                     }
-                    Err(error) => wrong.push(format!("row {id}: reading its changes failed: {error}")),
+                    Err(error) => {
+                        wrong.push(format!("row {id}: reading its changes failed: {error}"))
+                    }
                 }
                 for hash in changes {
                     let times = present.get(&hash).copied().unwrap_or(0);
                     if times != 1 {
-                        wrong.push(format!("row {id}: change {} present {times} times", &hash[..12]));
+                        wrong.push(format!(
+                            "row {id}: change {} present {times} times",
+                            &hash[..12]
+                        ));
                     }
                 }
             }
@@ -185,11 +218,7 @@ pub async fn check(
         ),
     });
 
-    Ok(Verification {
-        invariants,
-        notification_wait,
-        check_duration: started.elapsed(),
-    })
+    Ok(Verification { invariants, notification_wait, check_duration: started.elapsed() })
 }
 
 /// Exactly one notification per committed write: as many per row as writes, an INSERT for
@@ -217,7 +246,10 @@ fn notifications_match(state: &State, listener: &Listener) -> Invariant {
             (Some(heads), Some(previous), Some(id)) => {
                 let new: Vec<&String> = heads.iter().filter(|h| !previous.contains(h)).collect();
                 if new.len() != 1 {
-                    problems.push(format!("row {id}: an UPDATE notification with {} new heads", new.len()));
+                    problems.push(format!(
+                        "row {id}: an UPDATE notification with {} new heads",
+                        new.len()
+                    ));
                 }
                 for hash in new {
                     *introduced.entry((id, hash.clone())).or_default() += 1;
@@ -235,21 +267,29 @@ fn notifications_match(state: &State, listener: &Listener) -> Invariant {
             *updates += 1;
             let times = introduced.remove(&(write.id, write.hashes[0].clone())).unwrap_or(0);
             if times != 1 && truncated == 0 {
-                problems.push(format!("row {}: change {} announced {times} times", write.id, &write.hashes[0][..12]));
+                problems.push(format!(
+                    "row {}: change {} announced {times} times",
+                    write.id,
+                    &write.hashes[0][..12]
+                ));
             }
         }
     }
     for (id, counts) in &written {
         let got = notified.remove(&Some(*id)).unwrap_or_default();
         if got != *counts {
-            problems.push(format!("row {id}: (inserts, updates) written {counts:?}, notified {got:?}"));
+            problems
+                .push(format!("row {id}: (inserts, updates) written {counts:?}, notified {got:?}"));
         }
     }
     for (id, extra) in notified {
         problems.push(format!("{extra:?} notifications for row {id:?}, which was never written"));
     }
     for ((id, hash), _) in introduced {
-        problems.push(format!("row {id}: a notification announced {}, which no write sent", &hash[..12.min(hash.len())]));
+        problems.push(format!(
+            "row {id}: a notification announced {}, which no write sent",
+            &hash[..12.min(hash.len())]
+        ));
     }
     Invariant {
         name: "exactly one notification per write",
@@ -258,7 +298,11 @@ fn notifications_match(state: &State, listener: &Listener) -> Invariant {
             "{} writes, {} notifications ({truncated} truncated, checked by count only){}",
             log.writes.len(),
             received.len(),
-            if problems.is_empty() { String::new() } else { format!("; {}", problems.iter().take(5).cloned().collect::<Vec<_>>().join("; ")) }
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", problems.iter().take(5).cloned().collect::<Vec<_>>().join("; "))
+            }
         ),
     }
 }

@@ -15,8 +15,9 @@ const TEST_RUN: &str = "container-tests";
 const MEMORY_LIMIT: u64 = 1 << 30;
 
 fn image() -> String {
-    std::env::var(IMAGE_ENV)
-        .unwrap_or_else(|_| panic!("{IMAGE_ENV} is not set: `cargo xtask test` builds the image and runs these tests"))
+    std::env::var(IMAGE_ENV).unwrap_or_else(|_| {
+        panic!("{IMAGE_ENV} is not set: `cargo xtask test` builds the image and runs these tests")
+    })
 }
 
 async fn server() -> Server {
@@ -26,8 +27,8 @@ async fn server() -> Server {
         settings: Vec::new(),
         run: TEST_RUN.into(),
     })
-        .await
-        .expect("the image starts")
+    .await
+    .expect("the image starts")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,7 +49,10 @@ async fn the_image_serves_the_extension_with_its_settings() {
     }
     // Only a preloaded library lists the backends.
     let listed: i64 = client
-        .query_one("SELECT count(*) FROM automerge_memory_backends() WHERE pid = pg_backend_pid()", &[])
+        .query_one(
+            "SELECT count(*) FROM automerge_memory_backends() WHERE pid = pg_backend_pid()",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -57,7 +61,8 @@ async fn the_image_serves_the_extension_with_its_settings() {
     assert_eq!(limit, MEMORY_LIMIT, "the container runs under the memory limit given");
 
     let wrong = server.conninfo().replace("password=soak", "password=wrong");
-    let refused = tokio_postgres::connect(&wrong, NoTls).await.err().expect("a wrong password is refused");
+    let refused =
+        tokio_postgres::connect(&wrong, NoTls).await.err().expect("a wrong password is refused");
     assert_eq!(refused.as_db_error().map(|e| e.code().code()), Some("28P01"));
 }
 
@@ -93,7 +98,13 @@ async fn writes_reads_and_notifications_through_the_mapped_port() {
         .await
         .unwrap();
     let mut replica = automerge::AutoCommit::load(&project.doc.save()).unwrap();
-    automerge::transaction::Transactable::put(&mut replica, automerge::ROOT, "title", "Launch plan, revised").unwrap();
+    automerge::transaction::Transactable::put(
+        &mut replica,
+        automerge::ROOT,
+        "title",
+        "Launch plan, revised",
+    )
+    .unwrap();
     replica.commit();
     let change = replica.get_last_local_change().unwrap();
     let updated = client
@@ -101,12 +112,16 @@ async fn writes_reads_and_notifications_through_the_mapped_port() {
         .await
         .unwrap();
     assert_eq!(updated, 1);
-    let title: String = client.query_one("SELECT doc->>'title' FROM notes WHERE id = 1", &[]).await.unwrap().get(0);
+    let title: String =
+        client.query_one("SELECT doc->>'title' FROM notes WHERE id = 1", &[]).await.unwrap().get(0);
     assert_eq!(title, "Launch plan, revised");
 
     let mut received = Vec::new();
     for _ in 0..2 {
-        let payload = tokio::time::timeout(Duration::from_secs(10), notifications.recv()).await.unwrap().unwrap();
+        let payload = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+            .await
+            .unwrap()
+            .unwrap();
         received.push(serde_json::from_str::<serde_json::Value>(&payload).unwrap());
     }
     assert_eq!(received[0]["operation"], "INSERT");
@@ -140,7 +155,12 @@ async fn a_short_soak_keeps_every_invariant() {
     .await
     .unwrap();
     for invariant in &outcome.invariants {
-        println!("{} {}: {}", if invariant.holds { "ok" } else { "FAILED" }, invariant.name, invariant.detail);
+        println!(
+            "{} {}: {}",
+            if invariant.holds { "ok" } else { "FAILED" },
+            invariant.name,
+            invariant.detail
+        );
     }
     assert_eq!(outcome.invariants.len(), 6);
     assert!(outcome.failed().is_empty(), "invariants failed: {:?}", outcome.failed());

@@ -67,20 +67,23 @@ pub fn measure_and_report(
 
 /// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
 /// shortest measurement and debug builds, as a check that each bench still runs.
-fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize, filter: Option<&str>) -> Result<Results> {
+fn measure(
+    sh: &Shell,
+    major: PgMajor,
+    scale: BenchScale,
+    jobs: usize,
+    filter: Option<&str>,
+) -> Result<Results> {
     let quick = scale == BenchScale::Small;
     let fixtures_dir = fixtures::dir();
     let fixture_table = step(&format!("fixtures ({} scale)", scale.name()), || {
         fixtures::generate(sh, Some(scale))
     })?;
     // The extension as users run it; a quick run reuses the debug build the tests made.
-    step(&format!("install the extension into {major}"), || {
-        install_extension(sh, major, !quick)
+    step(&format!("install the extension into {major}"), || install_extension(sh, major, !quick))?;
+    let cluster = step(&format!("start a {major} cluster for the SQL benches"), || {
+        start_with_samples(sh, major, "bench", Fresh::Yes)
     })?;
-    let cluster = step(
-        &format!("start a {major} cluster for the SQL benches"),
-        || start_with_samples(sh, major, "bench", Fresh::Yes),
-    )?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
     let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
     let mut command = match quick {
@@ -93,7 +96,8 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize, filter: O
     if let Some(filter) = filter {
         command += &format!(" --filter '{filter}'");
     }
-    let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
+    let provenance =
+        Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
         fs::remove_dir_all(&criterion_dir)?;
@@ -124,11 +128,14 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize, filter: O
         };
         // `core` and `sql` may run side by side (`--jobs`); the allocator pair runs one after
         // the other, alone, since its ratio compares two binaries.
-        let batches: [&[&str]; 3] = [&["core", "sql"], &["load_counting_allocator"], &["load_system_allocator"]];
+        let batches: [&[&str]; 3] =
+            [&["core", "sql"], &["load_counting_allocator"], &["load_system_allocator"]];
         for batch in batches {
             for chunk in batch.chunks(jobs.max(1)) {
-                let children: Vec<_> =
-                    chunk.iter().map(|bench| run(bench).map(|child| (bench, child))).collect::<Result<_>>()?;
+                let children: Vec<_> = chunk
+                    .iter()
+                    .map(|bench| run(bench).map(|child| (bench, child)))
+                    .collect::<Result<_>>()?;
                 for (bench, mut child) in children {
                     let status = child.wait()?;
                     if !status.success() {
@@ -145,14 +152,7 @@ fn measure(sh: &Shell, major: PgMajor, scale: BenchScale, jobs: usize, filter: O
     add_peaks(&mut rows, &peaks)?;
     let storage = read_storage(&storage)?;
     note(format!("{} benchmarks measured", rows.len()));
-    Ok(Results {
-        rows,
-        storage,
-        fixture_table,
-        provenance,
-        quick,
-        scale: scale.name(),
-    })
+    Ok(Results { rows, storage, fixture_table, provenance, quick, scale: scale.name() })
 }
 
 /// What a run measured, and what produced it.
@@ -228,10 +228,7 @@ fn read_estimates(criterion_dir: &Path) -> Result<Vec<Row>> {
         let id: BenchmarkJson = serde_json::from_str(&fs::read_to_string(&benchmark)?)?;
         let estimates: EstimatesJson =
             serde_json::from_str(&fs::read_to_string(dir.join("estimates.json"))?)?;
-        let (level, operation) = id
-            .group_id
-            .split_once('/')
-            .unwrap_or(("core", &id.group_id));
+        let (level, operation) = id.group_id.split_once('/').unwrap_or(("core", &id.group_id));
         rows.push(Row {
             level: level.to_string(),
             operation: operation.to_string(),
@@ -303,7 +300,9 @@ fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
     text.lines()
         .map(|line| {
             let fields: Vec<&str> = line.split(',').collect();
-            let [fixture, variant, measure, value] = fields[..] else { bail!("bad storage line: {line}") };
+            let [fixture, variant, measure, value] = fields[..] else {
+                bail!("bad storage line: {line}")
+            };
             Ok(StorageMeasure {
                 fixture: fixture.into(),
                 variant: variant.into(),
@@ -327,7 +326,11 @@ where
 fn core_counterpart(operation: &str) -> Option<&str> {
     match operation {
         "merge_agg" => Some("upsert full save"),
-        "containment" | "heads" | "change count" | "generated column write" | "text edit then read" => None,
+        "containment"
+        | "heads"
+        | "change count"
+        | "generated column write"
+        | "text edit then read" => None,
         same => Some(same),
     }
 }
@@ -375,19 +378,31 @@ impl Results {
     }
 }
 
-fn find<'a>(rows: &'a [Row], level: &str, operation: &str, variant: &str, fixture: &str) -> Option<&'a Row> {
-    rows.iter()
-        .find(|r| r.level == level && r.operation == operation && r.variant == variant && r.fixture == fixture)
+fn find<'a>(
+    rows: &'a [Row],
+    level: &str,
+    operation: &str,
+    variant: &str,
+    fixture: &str,
+) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.level == level && r.operation == operation && r.variant == variant && r.fixture == fixture
+    })
 }
 
 /// The fixture of `kind` with its history (the SQL level's) at `scale`, by name.
 fn history_fixture(kind: Kind, scale: &str) -> String {
-    let scale = Scale::ALL.into_iter().find(|s| s.name() == scale).expect("the run's scale is a fixture scale");
+    let scale = Scale::ALL
+        .into_iter()
+        .find(|s| s.name() == scale)
+        .expect("the run's scale is a fixture scale");
     Spec { kind, scale, compacted: false }.name()
 }
 
 fn csv(rows: &[Row]) -> String {
-    let mut out = String::from("level,operation,variant,fixture,median_ns,median_abs_dev_ns,peak_bytes,loads\n");
+    let mut out = String::from(
+        "level,operation,variant,fixture,median_ns,median_abs_dev_ns,peak_bytes,loads\n",
+    );
     let optional = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
     for r in rows {
         writeln!(
@@ -474,7 +489,9 @@ const UPSERT_LOADS_GOAL: u64 = 1;
 /// The goals of reads that never load and writes that load at most once, each computed
 /// from the measurements of a run at `scale`.
 fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
-    let sql = |operation: &str, variant: &str, fixture: &str| find(rows, "sql", operation, variant, fixture);
+    let sql = |operation: &str, variant: &str, fixture: &str| {
+        find(rows, "sql", operation, variant, fixture)
+    };
     let not_measured = || ("not measured".to_string(), None);
     let mut goals = Vec::new();
     let rich_text = history_fixture(Kind::RichText, scale);
@@ -495,25 +512,41 @@ fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
             None => not_measured(),
         };
         let target = format!("≤ {}", bytes(Some(READ_PEAK_GOAL)));
-        goals.push(Goal { goal: format!("{read}: peak heap"), fixture: rich_text.clone(), measured, target, met });
+        goals.push(Goal {
+            goal: format!("{read}: peak heap"),
+            fixture: rich_text.clone(),
+            measured,
+            target,
+            met,
+        });
     }
     let fixtures = Kind::ALL.map(|kind| history_fixture(kind, scale));
-    for (operation, read) in [("heads", "`automerge_heads`"), ("change count", "`automerge_change_count`")] {
+    for (operation, read) in
+        [("heads", "`automerge_heads`"), ("change count", "`automerge_change_count`")]
+    {
         for fixture in &fixtures {
-            let (measured, met) = match sql(operation, OURS, fixture).and_then(|r| Some((r.loads?, r.peak_bytes?))) {
-                Some((loads, peak)) => (
-                    format!("{loads} loads, {}", bytes(Some(peak))),
-                    Some(loads == 0 && peak <= HEADER_READ_PEAK_GOAL),
-                ),
-                None => not_measured(),
-            };
+            let (measured, met) =
+                match sql(operation, OURS, fixture).and_then(|r| Some((r.loads?, r.peak_bytes?))) {
+                    Some((loads, peak)) => (
+                        format!("{loads} loads, {}", bytes(Some(peak))),
+                        Some(loads == 0 && peak <= HEADER_READ_PEAK_GOAL),
+                    ),
+                    None => not_measured(),
+                };
             let target = format!("0 loads, ≤ {}", bytes(Some(HEADER_READ_PEAK_GOAL)));
-            goals.push(Goal { goal: format!("{read} loads nothing"), fixture: fixture.clone(), measured, target, met });
+            goals.push(Goal {
+                goal: format!("{read} loads nothing"),
+                fixture: fixture.clone(),
+                measured,
+                target,
+                met,
+            });
         }
     }
     for fixture in &fixtures {
         let operation = "incremental write";
-        let (measured, met) = match (sql(operation, OURS, fixture), sql(operation, NAIVE, fixture)) {
+        let (measured, met) = match (sql(operation, OURS, fixture), sql(operation, NAIVE, fixture))
+        {
             (Some(fast), Some(naive)) => {
                 let speedup = naive.median_ns / fast.median_ns;
                 (speedup_text(fast, naive), Some(speedup >= WRITE_SPEEDUP_GOAL))
@@ -539,7 +572,8 @@ fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
 /// How many times faster `fast` is than `slow`, with both medians.
 fn speedup_text(fast: &Row, slow: &Row) -> String {
     let speedup = slow.median_ns / fast.median_ns;
-    let speedup = if speedup >= 10.0 { format!("{speedup:.0}×") } else { format!("{speedup:.1}×") };
+    let speedup =
+        if speedup >= 10.0 { format!("{speedup:.0}×") } else { format!("{speedup:.1}×") };
     format!("{speedup} ({} against {})", duration(fast.median_ns), duration(slow.median_ns))
 }
 
@@ -577,7 +611,12 @@ fn markdown(results: &Results) -> String {
             Some(false) => "**not met**",
             None => "—",
         };
-        writeln!(out, "| {} | {} | {} | {} | {met} |", goal.goal, goal.fixture, goal.measured, goal.target).unwrap();
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {met} |",
+            goal.goal, goal.fixture, goal.measured, goal.target
+        )
+        .unwrap();
     }
 
     writeln!(out, "\n## Fixtures\n\n```\n{}```\n", results.fixture_table).unwrap();
@@ -653,7 +692,9 @@ fn markdown(results: &Results) -> String {
             .map(|(measure, _, _)| {
                 let value = results.storage_value(fixture, variant, measure);
                 match *measure {
-                    "format_version" | "appended_changes" => value.map_or("—".into(), |v| v.to_string()),
+                    "format_version" | "appended_changes" => {
+                        value.map_or("—".into(), |v| v.to_string())
+                    }
                     _ => value.map_or("—".into(), byte_count),
                 }
             })
@@ -698,10 +739,8 @@ fn markdown(results: &Results) -> String {
 
     out.push_str("\n## The counting allocator's cost\n\n");
     out.push_str("Loads with the extension's counting `#[global_allocator]` against the system allocator.\n\n");
-    let allocator_rows = results
-        .rows
-        .iter()
-        .filter(|r| r.operation == "load, by allocator" && r.variant == OURS);
+    let allocator_rows =
+        results.rows.iter().filter(|r| r.operation == "load, by allocator" && r.variant == OURS);
     let lines = allocator_rows.map(|ours| {
         let system = results.find(&ours.level, &ours.operation, SYSTEM_ALLOCATOR, &ours.fixture);
         format!(
@@ -786,7 +825,11 @@ fn byte_count(bytes: i64) -> String {
         }
         grouped.push(digit);
     }
-    if bytes < 0 { format!("-{grouped}") } else { grouped }
+    if bytes < 0 {
+        format!("-{grouped}")
+    } else {
+        grouped
+    }
 }
 
 #[cfg(test)]
@@ -865,8 +908,15 @@ mod tests {
         ];
         add_peaks(&mut rows, &peaks.0).unwrap();
         let measured: Vec<_> = rows.iter().map(|r| (r.peak_bytes, r.loads)).collect();
-        assert_eq!(measured, [(Some(4096), Some(0)), (Some(9000), Some(1)), (None, None), (Some(512), None)]);
-        assert!(add_peaks(&mut rows, &TempFile::new("old-peaks.csv", "sql/heads,pg_automerge,x,1\n").0).is_err());
+        assert_eq!(
+            measured,
+            [(Some(4096), Some(0)), (Some(9000), Some(1)), (None, None), (Some(512), None)]
+        );
+        assert!(add_peaks(
+            &mut rows,
+            &TempFile::new("old-peaks.csv", "sql/heads,pg_automerge,x,1\n").0
+        )
+        .is_err());
         // A run whose filter left out every bench that records peaks has no file at all.
         add_peaks(&mut rows, Path::new("/nonexistent/peaks.csv")).unwrap();
     }
@@ -890,11 +940,12 @@ mod tests {
 
     #[test]
     fn goals_are_met_or_missed_by_the_measurements_and_unmeasured_without_them() {
-        let measured = |operation: &str, variant: &str, median_ns: f64, peak: u64, loads: u64| Row {
-            peak_bytes: Some(peak),
-            loads: Some(loads),
-            ..row("sql", operation, variant, median_ns)
-        };
+        let measured =
+            |operation: &str, variant: &str, median_ns: f64, peak: u64, loads: u64| Row {
+                peak_bytes: Some(peak),
+                loads: Some(loads),
+                ..row("sql", operation, variant, median_ns)
+            };
         let rows = vec![
             // 200× faster within 8 MB: met.
             measured("read title", OURS, 1e6, 4096, 0),

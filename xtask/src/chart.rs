@@ -34,14 +34,10 @@ pub fn write_svg(path: &Path, title: &str, bars: &[Bar]) -> Result<()> {
     let height = 120 + 22 * labels.len().max(1) as u32;
     let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
-    let (min, max) = bars.iter().fold((f64::MAX, f64::MIN), |(lo, hi), b| {
-        (lo.min(b.value_ms), hi.max(b.value_ms))
-    });
-    let (min, max) = if bars.is_empty() {
-        (0.001, 1.0)
-    } else {
-        (min / 2.0, max * 2.0)
-    };
+    let (min, max) = bars
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), b| (lo.min(b.value_ms), hi.max(b.value_ms)));
+    let (min, max) = if bars.is_empty() { (0.001, 1.0) } else { (min / 2.0, max * 2.0) };
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(10)
@@ -64,10 +60,8 @@ pub fn write_svg(path: &Path, title: &str, bars: &[Bar]) -> Result<()> {
     for (s, name) in series.iter().enumerate() {
         let colour = COLOURS[s % COLOURS.len()];
         let rects = bars.iter().filter(|b| b.series == *name).map(|b| {
-            let row = labels
-                .iter()
-                .position(|l| *l == b.label)
-                .expect("every label was collected") as f64;
+            let row = labels.iter().position(|l| *l == b.label).expect("every label was collected")
+                as f64;
             let top = row + 0.9 - slot * s as f64;
             Rectangle::new([(min, top - slot), (b.value_ms, top)], colour.filled())
         });

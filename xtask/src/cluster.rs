@@ -113,7 +113,10 @@ impl Cluster {
              -c timezone=UTC",
             self.port
         );
-        let options = std::iter::once(options).chain(self.settings.iter().cloned()).collect::<Vec<_>>().join(" ");
+        let options = std::iter::once(options)
+            .chain(self.settings.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
         let mut start = self.server_command("pg_ctl");
         start
             .arg("start")
@@ -133,7 +136,11 @@ impl Cluster {
             return Ok(());
         }
         let mut stop = self.server_command("pg_ctl");
-        stop.arg("stop").arg("--wait").args(["--mode", "fast"]).arg("--pgdata").arg(self.data_dir());
+        stop.arg("stop")
+            .arg("--wait")
+            .args(["--mode", "fast"])
+            .arg("--pgdata")
+            .arg(self.data_dir());
         run_quietly(stop, "pg_ctl stop")
     }
 
@@ -205,7 +212,14 @@ impl Cluster {
 
     /// The host, port and user arguments, for clients (pg_basebackup) that take no database.
     fn server_args(&self) -> Vec<String> {
-        vec!["-h".into(), "127.0.0.1".into(), "-p".into(), self.port.to_string(), "-U".into(), SUPERUSER.into()]
+        vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string(),
+            "-U".into(),
+            SUPERUSER.into(),
+        ]
     }
 
     /// The libpq connection string for `database`, as drivers and psql take it.

@@ -34,7 +34,11 @@ pub fn ensure_built(sh: &Shell, major: PgMajor, package: &str, suites: &[&str]) 
     let stamp = root.join("built-version");
     if major.pg_config().exists() {
         if let Ok(version) = fs::read_to_string(&stamp) {
-            note(format!("{major} {} already built in {}", version.trim(), major.build_prefix().display()));
+            note(format!(
+                "{major} {} already built in {}",
+                version.trim(),
+                major.build_prefix().display()
+            ));
             return Ok(version.trim().to_string());
         }
     }
@@ -173,7 +177,8 @@ impl PrivateApt {
 }
 
 fn compare_debian_versions(sh: &Shell, a: &str, b: &str) -> std::cmp::Ordering {
-    let greater = cmd!(sh, "dpkg --compare-versions {a} gt {b}").quiet().ignore_stderr().run().is_ok();
+    let greater =
+        cmd!(sh, "dpkg --compare-versions {a} gt {b}").quiet().ignore_stderr().run().is_ok();
     let equal = a == b;
     match (equal, greater) {
         (true, _) => std::cmp::Ordering::Equal,

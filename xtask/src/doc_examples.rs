@@ -45,7 +45,8 @@ pub fn check_all(cluster: &Cluster) -> Result<Counts> {
 const MARKER: &str = "@@ pg_automerge example @@";
 
 fn check_file(cluster: &Cluster, file: &Path) -> Result<Counts> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let examples = parse(&text);
     if examples.is_empty() {
         return Ok(Counts::default());
@@ -135,10 +136,7 @@ mod tests {
 
     #[test]
     fn normalizes_psql_error_locations() {
-        assert_eq!(
-            normalize("\npsql:<stdin>:12: ERROR:  boom   \n"),
-            "ERROR:  boom"
-        );
+        assert_eq!(normalize("\npsql:<stdin>:12: ERROR:  boom   \n"), "ERROR:  boom");
         assert_eq!(normalize("psql:<stdin>:x"), "psql:<stdin>:x");
     }
 }

@@ -16,7 +16,8 @@ pub fn dir() -> PathBuf {
 }
 
 pub fn run(sh: &Shell, flags: &FixturesFlags) -> Result<()> {
-    let table = step("generate fixtures", || generate(sh, flags.small_only.then_some(BenchScale::Small)))?;
+    let table =
+        step("generate fixtures", || generate(sh, flags.small_only.then_some(BenchScale::Small)))?;
     print!("{table}");
     Ok(())
 }
@@ -27,5 +28,6 @@ pub fn generate(sh: &Shell, scale: Option<BenchScale>) -> Result<String> {
     let dir = dir();
     let release = (scale != Some(BenchScale::Small)).then_some("--release");
     let scale = scale.map(BenchScale::name);
-    Ok(cmd!(sh, "cargo run --quiet {release...} --package fixtures -- {dir} {scale...}").read()? + "\n")
+    Ok(cmd!(sh, "cargo run --quiet {release...} --package fixtures -- {dir} {scale...}").read()?
+        + "\n")
 }

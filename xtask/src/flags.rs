@@ -167,8 +167,10 @@ pub enum OnOff {
 
 /// `70m`, `90s`, `2h`, or a number of seconds.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not a duration such as 70m or 90s"))?;
+    let (number, unit) =
+        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let number: u64 =
+        number.parse().map_err(|_| format!("`{text}` is not a duration such as 70m or 90s"))?;
     let seconds = match unit {
         "" | "s" => 1,
         "m" => 60,
@@ -181,8 +183,10 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 /// `4g`, `512m`, `4096k`, or a number of bytes.
 fn parse_bytes(text: &str) -> Result<u64, String> {
     let lower = text.to_ascii_lowercase();
-    let (number, unit) = lower.split_at(lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len()));
-    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not a size such as 4g or 512m"))?;
+    let (number, unit) =
+        lower.split_at(lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len()));
+    let number: u64 =
+        number.parse().map_err(|_| format!("`{text}` is not a size such as 4g or 512m"))?;
     let unit = match unit.trim_end_matches('b') {
         "" => 1,
         "k" => 1 << 10,
@@ -218,9 +222,9 @@ impl std::str::FromStr for PgChoice {
         if text == "all" {
             return Ok(PgChoice::ALL);
         }
-        PgMajor::from_str(text, false).map(PgChoice::from).map_err(|_| {
-            format!("`{text}` is not a supported major: choose 15, 17, 18 or all")
-        })
+        PgMajor::from_str(text, false)
+            .map(PgChoice::from)
+            .map_err(|_| format!("`{text}` is not a supported major: choose 15, 17, 18 or all"))
     }
 }
 
@@ -260,16 +264,27 @@ mod tests {
     #[test]
     fn bench_takes_a_filter_for_criterion() {
         let filter = "^sql/(read title|heads)/";
-        let parsed = Xtask::try_parse_from(["xtask", "bench", "--quick", "--filter", filter]).unwrap();
+        let parsed =
+            Xtask::try_parse_from(["xtask", "bench", "--quick", "--filter", filter]).unwrap();
         let Verb::Bench(flags) = parsed.verb else { panic!("not the bench verb") };
         assert_eq!(flags.filter.as_deref(), Some(filter));
-        let Verb::Bench(flags) = Xtask::try_parse_from(["xtask", "bench"]).unwrap().verb else { panic!() };
+        let Verb::Bench(flags) = Xtask::try_parse_from(["xtask", "bench"]).unwrap().verb else {
+            panic!()
+        };
         assert_eq!(flags.filter, None);
     }
 
     #[test]
     fn soak_settings_take_minus_one() {
-        let parsed = Xtask::try_parse_from(["xtask", "soak", "--trim-threshold", "-1", "--max-load-memory", "-1"]).unwrap();
+        let parsed = Xtask::try_parse_from([
+            "xtask",
+            "soak",
+            "--trim-threshold",
+            "-1",
+            "--max-load-memory",
+            "-1",
+        ])
+        .unwrap();
         let Verb::Soak(flags) = parsed.verb else { panic!("not the soak verb") };
         assert_eq!((flags.trim_threshold.as_str(), flags.max_load_memory.as_str()), ("-1", "-1"));
         assert_eq!(flags.duration, std::time::Duration::from_secs(4200));

@@ -102,7 +102,10 @@ pub fn ensure_docker(sh: &Shell) -> Result<std::result::Result<(), String>> {
     }
     let log_tail = fs::read_to_string(DOCKERD_LOG).unwrap_or_default();
     let log_tail: Vec<&str> = log_tail.lines().rev().take(5).collect();
-    Ok(Err(format!("dockerd did not answer within 60 s; its log ends with: {}", log_tail.join(" | "))))
+    Ok(Err(format!(
+        "dockerd did not answer within 60 s; its log ends with: {}",
+        log_tail.join(" | ")
+    )))
 }
 
 fn engine_answers(sh: &Shell) -> bool {
@@ -167,14 +170,23 @@ fn import(root: &Path, tag: &str) -> Result<()> {
         .context("starting tar")?;
     let archive = tar.stdout.take().expect("stdout is piped");
     let imported = Command::new("docker")
-        .args(["import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-", tag])
+        .args([
+            "import",
+            "--change",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "-",
+            tag,
+        ])
         .stdin(archive)
         .stdout(Stdio::null())
         .status()
         .context("starting docker import")?;
     let tarred = tar.wait()?;
     if !tarred.success() || !imported.success() {
-        bail!("importing {} as {tag} failed (tar {tarred}, docker import {imported})", root.display());
+        bail!(
+            "importing {} as {tag} failed (tar {tarred}, docker import {imported})",
+            root.display()
+        );
     }
     Ok(())
 }
@@ -190,7 +202,8 @@ fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
     {
         let _dir = sh.push_dir("extension/pg_automerge");
         let debug_flag = debug.then_some("--debug");
-        cmd!(sh, "cargo pgrx package {debug_flag...} --pg-config {pg_config} --out-dir {package}").run()?;
+        cmd!(sh, "cargo pgrx package {debug_flag...} --pg-config {pg_config} --out-dir {package}")
+            .run()?;
     }
     let release_flag = (!debug).then_some("--release");
     cmd!(sh, "cargo build --quiet {release_flag...} -p pg_automerge_entrypoint").run()?;
@@ -202,9 +215,12 @@ fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
     fs::create_dir_all(context.join("extension"))?;
     let under_package = |dir: String| package.join(dir.trim().trim_start_matches('/'));
     let pkglibdir = under_package(cmd!(sh, "{pg_config} --pkglibdir").quiet().read()?);
-    let extension_dir = under_package(cmd!(sh, "{pg_config} --sharedir").quiet().read()?).join("extension");
+    let extension_dir =
+        under_package(cmd!(sh, "{pg_config} --sharedir").quiet().read()?).join("extension");
     fs::copy(pkglibdir.join("pg_automerge.so"), context.join("pg_automerge.so"))?;
-    for entry in fs::read_dir(&extension_dir).with_context(|| format!("reading {}", extension_dir.display()))? {
+    for entry in fs::read_dir(&extension_dir)
+        .with_context(|| format!("reading {}", extension_dir.display()))?
+    {
         let entry = entry?;
         if entry.file_name().to_string_lossy().starts_with("pg_automerge") {
             fs::copy(entry.path(), context.join("extension").join(entry.file_name()))?;

@@ -42,5 +42,8 @@ fn main() -> anyhow::Result<()> {
 
 /// The workspace root: the parent of this crate's manifest directory.
 pub fn project_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
 }

@@ -49,7 +49,9 @@ impl PgMajor {
                 package: "postgresql-17",
                 suites: &["trixie", "trixie-updates", "trixie-security"],
             },
-            PgMajor::Pg18 => Provenance::DebianSource { package: "postgresql-18", suites: &["sid"] },
+            PgMajor::Pg18 => {
+                Provenance::DebianSource { package: "postgresql-18", suites: &["sid"] }
+            }
         }
     }
 
@@ -103,9 +105,10 @@ pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
-            status.lines().find(|l| l.starts_with("Uid:")).map(|l| {
-                l.split_whitespace().nth(2) == Some("0")
-            })
+            status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
         })
         .unwrap_or(false)
 }

@@ -26,20 +26,14 @@ impl Provenance {
             .quiet()
             .read()
             .unwrap_or_else(|_| "unknown".into());
-        let dirty = !cmd!(sh, "git status --porcelain --untracked-files=no")
-            .quiet()
-            .read()?
-            .is_empty();
+        let dirty =
+            !cmd!(sh, "git status --porcelain --untracked-files=no").quiet().read()?.is_empty();
         let mut entries = vec![
             ("command".to_string(), format!("`{command}`")),
             ("date".to_string(), time),
             (
                 "commit".to_string(),
-                if dirty {
-                    format!("{commit} (with uncommitted changes)")
-                } else {
-                    commit.clone()
-                },
+                if dirty { format!("{commit} (with uncommitted changes)") } else { commit.clone() },
             ),
             ("machine".to_string(), machine()),
             ("operating system".to_string(), os_release()),
@@ -48,11 +42,7 @@ impl Provenance {
         for package in ["automerge", "pgrx", "criterion"] {
             entries.push((package.to_string(), locked_version(sh, package)?));
         }
-        entries.extend(
-            extra
-                .iter()
-                .map(|(name, value)| (name.to_string(), value.clone())),
-        );
+        entries.extend(extra.iter().map(|(name, value)| (name.to_string(), value.clone())));
         Ok(Provenance { date, commit, entries })
     }
 
@@ -63,10 +53,7 @@ impl Provenance {
 
     /// A bullet list.
     pub fn markdown(&self) -> String {
-        self.entries
-            .iter()
-            .map(|(name, value)| format!("- {name}: {value}\n"))
-            .collect()
+        self.entries.iter().map(|(name, value)| format!("- {name}: {value}\n")).collect()
     }
 }
 
@@ -76,9 +63,7 @@ fn machine() -> String {
     let model = cpuinfo
         .lines()
         .find_map(|line| {
-            line.strip_prefix("model name")?
-                .split_once(':')
-                .map(|(_, m)| m.trim().to_string())
+            line.strip_prefix("model name")?.split_once(':').map(|(_, m)| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -86,36 +71,24 @@ fn machine() -> String {
     let memory_kb: u64 = meminfo
         .lines()
         .find_map(|line| {
-            line.strip_prefix("MemTotal:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
+            line.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse().ok()
         })
         .unwrap_or(0);
-    format!(
-        "{model}, {cores} cores, {:.0} GiB memory",
-        memory_kb as f64 / (1 << 20) as f64
-    )
+    format!("{model}, {cores} cores, {:.0} GiB memory", memory_kb as f64 / (1 << 20) as f64)
 }
 
 fn os_release() -> String {
     let text = fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let pretty = text
-        .lines()
-        .find_map(|line| line.strip_prefix("PRETTY_NAME="))
-        .unwrap_or("unknown");
+    let pretty =
+        text.lines().find_map(|line| line.strip_prefix("PRETTY_NAME=")).unwrap_or("unknown");
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!("{}, Linux {}", pretty.trim_matches('"'), kernel.trim())
 }
 
 /// The version of `package` that Cargo.lock pins.
 pub fn locked_version(sh: &Shell, package: &str) -> Result<String> {
-    let lock: toml::Table = sh
-        .read_file(project_root().join("Cargo.lock"))?
-        .parse()
-        .context("parsing Cargo.lock")?;
+    let lock: toml::Table =
+        sh.read_file(project_root().join("Cargo.lock"))?.parse().context("parsing Cargo.lock")?;
     lock.get("package")
         .and_then(|p| p.as_array())
         .into_iter()

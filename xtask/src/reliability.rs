@@ -35,7 +35,8 @@ pub struct Outcome {
 }
 
 pub fn run(sh: &Shell, major: PgMajor) -> Result<Outcome> {
-    let primary = Cluster::new(sh, major, "reliability-primary")?.with_setting("wal_level", "logical");
+    let primary =
+        Cluster::new(sh, major, "reliability-primary")?.with_setting("wal_level", "logical");
     // What the standby must show is what it replays: its own durability is not under test,
     // and without fsync it skips syncing the copied data directory as it starts.
     let standby = Cluster::new(sh, major, "reliability-standby")?.with_setting("fsync", "off");
@@ -48,7 +49,8 @@ pub fn run(sh: &Shell, major: PgMajor) -> Result<Outcome> {
 }
 
 fn scenarios(primary: &Cluster, standby: &Cluster, subscriber: &Cluster) -> Result<Outcome> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     primary.wipe()?;
     primary.init()?;
     primary.start()?;
@@ -97,12 +99,17 @@ fn scenarios(primary: &Cluster, standby: &Cluster, subscriber: &Cluster) -> Resu
     let older: Vec<&String> = released.iter().filter(|v| **v != current).collect();
     let mut upgrades = 0;
     if older.is_empty() {
-        note(format!("not checked: {current} is the only release, so there is nothing to upgrade from yet"));
+        note(format!(
+            "not checked: {current} is the only release, so there is nothing to upgrade from yet"
+        ));
     } else {
-        checks.run("each older release upgrades to the current one, and its documents read and merge", || {
-            upgrades = upgrade_from_releases(primary, &current, &older)?;
-            Ok(())
-        });
+        checks.run(
+            "each older release upgrades to the current one, and its documents read and merge",
+            || {
+                upgrades = upgrade_from_releases(primary, &current, &older)?;
+                Ok(())
+            },
+        );
     }
     Ok(Outcome { counts: checks.counts, crashes_survived, upgrades })
 }
@@ -134,7 +141,9 @@ fn documents_script() -> String {
     let rows: Vec<String> = fixtures::samples()
         .iter()
         .enumerate()
-        .map(|(i, sample)| format!("({i}, '{}', '\\x{}')", sample.name, hex::encode(sample.doc.save())))
+        .map(|(i, sample)| {
+            format!("({i}, '{}', '\\x{}')", sample.name, hex::encode(sample.doc.save()))
+        })
         .collect();
     format!(
         "CREATE EXTENSION pg_automerge;\n\
@@ -202,7 +211,10 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
         async move {
             let deadline = Instant::now() + Duration::from_secs(60);
             while progress.acknowledged.load(Ordering::SeqCst) < target {
-                ensure!(Instant::now() < deadline, "writers stalled at {target} acknowledged writes");
+                ensure!(
+                    Instant::now() < deadline,
+                    "writers stalled at {target} acknowledged writes"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Ok(())
@@ -253,13 +265,21 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
             wanted.len()
         );
         let heads: Vec<String> = row.get(1);
-        let mut wanted_heads: Vec<String> = doc.get_heads().iter().map(ToString::to_string).collect();
+        let mut wanted_heads: Vec<String> =
+            doc.get_heads().iter().map(ToString::to_string).collect();
         wanted_heads.sort();
-        ensure!(heads == wanted_heads, "row {id}: heads {heads:?}, the writer has {wanted_heads:?}");
+        ensure!(
+            heads == wanted_heads,
+            "row {id}: heads {heads:?}, the writer has {wanted_heads:?}"
+        );
         let stored_size: i32 = row.get(3);
         ensure!(stored_size > 8192, "row {id} is stored in {stored_size} bytes, not out of line");
         let count: i64 = row.get(2);
-        ensure!(Some(count) == counter(&doc), "row {id}: count {count}, the writer wrote {:?}", counter(&doc));
+        ensure!(
+            Some(count) == counter(&doc),
+            "row {id}: count {count}, the writer wrote {:?}",
+            counter(&doc)
+        );
     }
     note(format!(
         "{} writes acknowledged by {WRITERS} writers, {before_crash} of them before the crash; \
@@ -272,7 +292,11 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
 
 /// One writer: inserts its row, then sets `count` to 1, 2, 3… one change per write until
 /// told to stop, reconnecting whenever the server goes away. Returns its document.
-async fn write_until_stopped(conninfo: String, id: i32, progress: Arc<Progress>) -> Result<AutoCommit> {
+async fn write_until_stopped(
+    conninfo: String,
+    id: i32,
+    progress: Arc<Progress>,
+) -> Result<AutoCommit> {
     let mut doc = AutoCommit::new().with_actor(ActorId::from([id as u8 + 1; 16]));
     doc.put(ROOT, "payload", payload(id as u32))?;
     let mut acknowledged_heads = Vec::new();
@@ -322,7 +346,10 @@ async fn write_until_stopped(conninfo: String, id: i32, progress: Arc<Progress>)
         // Everything since the last acknowledged write: after a failed write this sends the
         // change again, which the server takes whether or not it committed the first time.
         let changes = doc.save_after(&acknowledged_heads);
-        match connected.execute("UPDATE written SET doc = doc || $1::bytea WHERE id = $2", &[&changes, &id]).await {
+        match connected
+            .execute("UPDATE written SET doc = doc || $1::bytea WHERE id = $2", &[&changes, &id])
+            .await
+        {
             Ok(1) => {
                 acknowledged_heads = doc.get_heads();
                 progress.acknowledged.fetch_add(1, Ordering::SeqCst);
@@ -379,7 +406,11 @@ fn every_document_loads(primary: &Cluster) -> Result<()> {
          FROM (SELECT doc FROM documents UNION ALL SELECT doc FROM written) d;",
     )?;
     let rows = fixtures::samples().len() + 2 * WRITERS;
-    ensure!(output.trim() == format!("{rows} of {rows}"), "{} documents load and agree, of {rows}", output.trim());
+    ensure!(
+        output.trim() == format!("{rows} of {rows}"),
+        "{} documents load and agree, of {rows}",
+        output.trim()
+    );
     Ok(())
 }
 
@@ -397,7 +428,8 @@ fn hot_standby(primary: &Cluster, standby: &Cluster) -> Result<()> {
         standby.psql(DATABASE, "\\t on\nSELECT pg_is_in_recovery();")?.trim() == "t",
         "the standby is not in recovery"
     );
-    wait_for_same_output(primary, standby, DATABASE, READS).context("once the standby replays the last write")
+    wait_for_same_output(primary, standby, DATABASE, READS)
+        .context("once the standby replays the last write")
 }
 
 const LOGICAL_PUBLISHER: &str = "\
@@ -424,7 +456,8 @@ fn logical_replication(primary: &Cluster, subscriber: &Cluster, binary: bool) ->
             primary.conninfo(DATABASE)
         ),
     )?;
-    let compare = "SELECT id, automerge_heads(doc), encode(doc::bytea, 'hex') FROM replicated ORDER BY id;";
+    let compare =
+        "SELECT id, automerge_heads(doc), encode(doc::bytea, 'hex') FROM replicated ORDER BY id;";
     wait_for_same_output(primary, subscriber, database, compare).context("initial copy")?;
     // A merge that changes a document, one that changes nothing, and a delete.
     primary.psql(
@@ -433,9 +466,14 @@ fn logical_replication(primary: &Cluster, subscriber: &Cluster, binary: bool) ->
          UPDATE replicated SET doc = doc || doc WHERE id = 2;\n\
          DELETE FROM replicated WHERE id = 3;",
     )?;
-    wait_for_same_output(primary, subscriber, database, compare).context("after updates and a delete")?;
+    wait_for_same_output(primary, subscriber, database, compare)
+        .context("after updates and a delete")?;
     let rows = subscriber.psql(database, "\\t on\nSELECT count(*) FROM replicated;")?;
-    ensure!(rows.trim() == (fixtures::samples().len() - 1).to_string(), "the subscriber has {} rows", rows.trim());
+    ensure!(
+        rows.trim() == (fixtures::samples().len() - 1).to_string(),
+        "the subscriber has {} rows",
+        rows.trim()
+    );
     subscriber.psql(database, &format!("DROP SUBSCRIPTION {database};"))?;
     Ok(())
 }
@@ -448,14 +486,21 @@ fn dump_and_restore(primary: &Cluster) -> Result<()> {
     primary.run_client("pg_dump", DATABASE, &["--format", "custom", "--file", &archive_arg])?;
     primary.psql("postgres", "DROP DATABASE IF EXISTS restored; CREATE DATABASE restored;")?;
     // The publication's subscribers are gone by now; the restore needs no slot.
-    primary.run_client("pg_restore", "restored", &["--exit-on-error", "--no-publications", &archive_arg])?;
+    primary.run_client(
+        "pg_restore",
+        "restored",
+        &["--exit-on-error", "--no-publications", &archive_arg],
+    )?;
     let indexed = "SET enable_seqscan = off;\n\
         EXPLAIN (COSTS OFF) SELECT id FROM documents WHERE doc_json @> '{\"status\": \"review\"}';\n\
         SELECT id FROM documents WHERE doc_json @> '{\"status\": \"review\"}' ORDER BY id;\n\
         SELECT id FROM documents WHERE doc::jsonb @> '{\"title\": \"Launch plan\"}' ORDER BY id;\n\
         SELECT indexrelid::regclass, indisvalid FROM pg_index WHERE indrelid = 'documents'::regclass ORDER BY 1;\n";
     let plan = primary.psql("restored", indexed)?;
-    ensure!(plan.contains("Bitmap Index Scan on documents_json"), "the restored GIN index is not used:\n{plan}");
+    ensure!(
+        plan.contains("Bitmap Index Scan on documents_json"),
+        "the restored GIN index is not used:\n{plan}"
+    );
     same_output_between(primary, DATABASE, primary, "restored", &format!("{READS}{indexed}"))?;
     let bytes = "SELECT id, encode(doc::bytea, 'hex'), doc_json FROM documents ORDER BY id;";
     same_output_between(primary, DATABASE, primary, "restored", bytes)
@@ -502,7 +547,10 @@ SELECT line FROM (
 
 /// The current version's catalog, from a fresh `CREATE EXTENSION` in a database of its own.
 fn fresh_catalog(primary: &Cluster) -> Result<String> {
-    primary.psql("postgres", "DROP DATABASE IF EXISTS fresh_install; CREATE DATABASE fresh_install;")?;
+    primary.psql(
+        "postgres",
+        "DROP DATABASE IF EXISTS fresh_install; CREATE DATABASE fresh_install;",
+    )?;
     primary.psql("fresh_install", "CREATE EXTENSION pg_automerge;")?;
     primary.psql("fresh_install", CATALOG)
 }
@@ -512,8 +560,12 @@ fn fresh_catalog(primary: &Cluster) -> Result<String> {
 /// otherwise the SQL changed without a new version and an upgrade script.
 fn frozen_script_matches(primary: &Cluster, current: &str) -> Result<()> {
     let fresh = fresh_catalog(primary)?;
-    primary.psql("postgres", "DROP DATABASE IF EXISTS frozen_script; CREATE DATABASE frozen_script;")?;
-    let script = versions::install_script(current)?.replace("MODULE_PATHNAME", "$libdir/pg_automerge");
+    primary.psql(
+        "postgres",
+        "DROP DATABASE IF EXISTS frozen_script; CREATE DATABASE frozen_script;",
+    )?;
+    let script =
+        versions::install_script(current)?.replace("MODULE_PATHNAME", "$libdir/pg_automerge");
     primary.psql("frozen_script", &format!("BEGIN;\n{script}\nCOMMIT;"))?;
     let frozen = primary.psql("frozen_script", CATALOG)?;
     ensure!(
@@ -544,7 +596,10 @@ fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) ->
         std::fs::write(extension_dir.join(&name), versions::install_script(version)?)
             .with_context(|| format!("installing {name}"))?;
         let database = format!("upgrade_from_{}", version.replace(['.', '-'], "_"));
-        primary.psql("postgres", &format!("DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database};"))?;
+        primary.psql(
+            "postgres",
+            &format!("DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database};"),
+        )?;
         let samples: Vec<String> = fixtures::samples()
             .iter()
             .map(|sample| format!("('{}', '\\x{}')", sample.name, hex::encode(sample.doc.save())))
@@ -562,8 +617,15 @@ fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) ->
         )?;
         let before = primary.psql(&database, OLD_DOCUMENT_READS)?;
         primary.psql(&database, "ALTER EXTENSION pg_automerge UPDATE;")?;
-        let installed = primary.psql(&database, "\\t on\nSELECT extversion FROM pg_extension WHERE extname = 'pg_automerge';")?;
-        ensure!(installed.trim() == current, "{version} updated to {}, not {current}", installed.trim());
+        let installed = primary.psql(
+            &database,
+            "\\t on\nSELECT extversion FROM pg_extension WHERE extname = 'pg_automerge';",
+        )?;
+        ensure!(
+            installed.trim() == current,
+            "{version} updated to {}, not {current}",
+            installed.trim()
+        );
         let upgraded = primary.psql(&database, CATALOG)?;
         ensure!(
             upgraded == fresh,
@@ -571,19 +633,30 @@ fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) ->
             line_differences(&upgraded, &fresh)
         );
         let after = primary.psql(&database, OLD_DOCUMENT_READS)?;
-        ensure!(before == after, "documents written by {version} read differently after the update");
+        ensure!(
+            before == after,
+            "documents written by {version} read differently after the update"
+        );
         primary.psql(
             &database,
             "UPDATE old_documents SET doc = doc || (SELECT merge_agg(doc) FROM old_documents) WHERE name = 'empty';",
         )?;
-        let merged = primary.psql(&database, "\\t on\nSELECT automerge_change_count(doc) FROM old_documents WHERE name = 'empty';")?;
+        let merged = primary.psql(
+            &database,
+            "\\t on\nSELECT automerge_change_count(doc) FROM old_documents WHERE name = 'empty';",
+        )?;
         let changes: usize = fixtures::samples().iter().map(|s| s.doc.get_changes(&[]).len()).sum();
-        ensure!(merged.trim() == changes.to_string(), "the merge after the update has {} changes, not {changes}", merged.trim());
+        ensure!(
+            merged.trim() == changes.to_string(),
+            "the merge after the update has {} changes, not {changes}",
+            merged.trim()
+        );
     }
     Ok(older.len())
 }
 
-const OLD_DOCUMENT_READS: &str = "SELECT name, automerge_heads(doc), doc::jsonb, encode(sha256(doc::bytea), 'hex') \
+const OLD_DOCUMENT_READS: &str =
+    "SELECT name, automerge_heads(doc), doc::jsonb, encode(sha256(doc::bytea), 'hex') \
     FROM old_documents ORDER BY name;";
 
 fn sharedir(major: PgMajor) -> Result<std::path::PathBuf> {
@@ -592,21 +665,38 @@ fn sharedir(major: PgMajor) -> Result<std::path::PathBuf> {
     Ok(String::from_utf8(output.stdout)?.trim().into())
 }
 
-fn same_output_between(left: &Cluster, left_db: &str, right: &Cluster, right_db: &str, sql: &str) -> Result<()> {
+fn same_output_between(
+    left: &Cluster,
+    left_db: &str,
+    right: &Cluster,
+    right_db: &str,
+    sql: &str,
+) -> Result<()> {
     let (a, b) = (left.psql(left_db, sql)?, right.psql(right_db, sql)?);
-    ensure!(a == b, "the outputs differ (- {left_db}, + {right_db}):\n{}", line_differences(&a, &b));
+    ensure!(
+        a == b,
+        "the outputs differ (- {left_db}, + {right_db}):\n{}",
+        line_differences(&a, &b)
+    );
     Ok(())
 }
 
 /// Polls until `database` on a replica answers `sql` as the primary's database does.
-fn wait_for_same_output(primary: &Cluster, replica: &Cluster, database: &str, sql: &str) -> Result<()> {
+fn wait_for_same_output(
+    primary: &Cluster,
+    replica: &Cluster,
+    database: &str,
+    sql: &str,
+) -> Result<()> {
     let wanted = primary.psql(DATABASE, sql)?;
     let mut last = String::new();
     wait_until(Duration::from_secs(30), || {
         last = replica.psql(database, sql)?;
         Ok(last == wanted)
     })
-    .with_context(|| format!("the replica differs (- primary, + replica):\n{}", line_differences(&wanted, &last)))
+    .with_context(|| {
+        format!("the replica differs (- primary, + replica):\n{}", line_differences(&wanted, &last))
+    })
 }
 
 fn wait_until(limit: Duration, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
@@ -620,7 +710,8 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> Result<bool>) -> Result
 
 /// The lines only one side has, marked - and +, for failure messages.
 fn line_differences(left: &str, right: &str) -> String {
-    let (l, r): (BTreeSet<&str>, BTreeSet<&str>) = (left.lines().collect(), right.lines().collect());
+    let (l, r): (BTreeSet<&str>, BTreeSet<&str>) =
+        (left.lines().collect(), right.lines().collect());
     let mut out: Vec<String> = l.difference(&r).map(|line| format!("- {line}")).collect();
     out.extend(r.difference(&l).map(|line| format!("+ {line}")));
     out.join("\n")

@@ -64,7 +64,12 @@ pub enum Fresh {
 
 /// Starts the `purpose` cluster of `major` (initialising it the first time), creates the
 /// database with the extension, and (re)loads the sample documents.
-pub fn start_with_samples(sh: &Shell, major: PgMajor, purpose: &str, fresh: Fresh) -> Result<Cluster> {
+pub fn start_with_samples(
+    sh: &Shell,
+    major: PgMajor,
+    purpose: &str,
+    fresh: Fresh,
+) -> Result<Cluster> {
     let cluster = Cluster::new(sh, major, purpose)?;
     if fresh == Fresh::Yes {
         cluster.wipe()?;

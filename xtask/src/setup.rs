@@ -105,7 +105,8 @@ fn install_packages(sh: &Shell) -> Result<()> {
 fn install_cargo_pgrx(sh: &Shell) -> Result<()> {
     // cargo-pgrx must match the pgrx that Cargo.lock pins exactly.
     let wanted = crate::provenance::locked_version(sh, "pgrx")?;
-    let installed = cmd!(sh, "cargo pgrx --version").quiet().ignore_stderr().read().unwrap_or_default();
+    let installed =
+        cmd!(sh, "cargo pgrx --version").quiet().ignore_stderr().read().unwrap_or_default();
     if installed.split_whitespace().last() == Some(wanted.as_str()) {
         note(format!("cargo-pgrx {wanted} already installed"));
         return Ok(());
@@ -159,8 +160,7 @@ fn configure_pgrx(sh: &Shell, pg_configs: &BTreeMap<PgMajor, PathBuf>) -> Result
         .unwrap_or_default();
     let configured = current.get("configs").and_then(|c| c.as_table());
     let up_to_date = pg_configs.iter().all(|(major, path)| {
-        configured.and_then(|c| c.get(&major.pgrx_name())).and_then(|v| v.as_str())
-            == path.to_str()
+        configured.and_then(|c| c.get(&major.pgrx_name())).and_then(|v| v.as_str()) == path.to_str()
     });
     if up_to_date {
         note(format!("{} already names these pg_configs", config_path.display()));
@@ -171,10 +171,12 @@ fn configure_pgrx(sh: &Shell, pg_configs: &BTreeMap<PgMajor, PathBuf>) -> Result
     for major in PgMajor::ALL {
         let path = match pg_configs.get(&major) {
             Some(path) => path.display().to_string(),
-            None => match configured.and_then(|c| c.get(&major.pgrx_name())).and_then(|v| v.as_str()) {
-                Some(path) if Path::new(path).exists() => path.to_string(),
-                _ => continue,
-            },
+            None => {
+                match configured.and_then(|c| c.get(&major.pgrx_name())).and_then(|v| v.as_str()) {
+                    Some(path) if Path::new(path).exists() => path.to_string(),
+                    _ => continue,
+                }
+            }
         };
         args.push(format!("--{}", major.pgrx_name()));
         args.push(path);

@@ -24,8 +24,10 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
     }
     let tag = image::build(sh, &flags.base, false)?;
     // The report's setup table: the machine, toolchain and checkout, as every report says them.
-    let extension_build = format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
-    let provenance = Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
+    let extension_build =
+        format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
+    let provenance =
+        Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
     let name = results_name(flags, &provenance.date);
     remove_leftover_containers(sh, &name)?;
     let results_dir = project_root().join("results").join(&name);

@@ -11,12 +11,12 @@ use xshell::{cmd, Shell};
 
 use std::path::PathBuf;
 
-use crate::cluster::{checkout_id, Cluster};
 use crate::bench;
+use crate::cluster::{checkout_id, Cluster};
 use crate::doc_examples;
+use crate::flags::{BenchScale, SetupFlags, TestFlags};
 use crate::fuzz;
 use crate::image;
-use crate::flags::{BenchScale, SetupFlags, TestFlags};
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
@@ -75,13 +75,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
 
     for major in flags.pg.majors() {
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
-        let (examples, cluster) = step(
-            &format!("{major}: documentation examples and cluster tests"),
-            || cluster_checks(sh, major),
-        )?;
-        let reliability = step(&format!("{major}: reliability (crashes, replication, dump, upgrades)"), || {
-            reliability::run(sh, major)
-        })?;
+        let (examples, cluster) =
+            step(&format!("{major}: documentation examples and cluster tests"), || {
+                cluster_checks(sh, major)
+            })?;
+        let reliability =
+            step(&format!("{major}: reliability (crashes, replication, dump, upgrades)"), || {
+                reliability::run(sh, major)
+            })?;
         summary.push(format!(
             "{major}: extension tests {extension}; documentation examples {examples}; \
              cluster tests {cluster}"
@@ -244,7 +245,9 @@ fn counted(mut command: Command) -> Result<Counts> {
 fn parse_test_result(line: &str) -> Option<Counts> {
     let rest = line.trim().strip_prefix("test result: ")?;
     let number_before = |word: &str| -> Option<usize> {
-        rest.split(';').find_map(|part| part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok())
+        rest.split(';').find_map(|part| {
+            part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok()
+        })
     };
     Some(Counts { passed: number_before("passed")?, failed: number_before("failed")? })
 }

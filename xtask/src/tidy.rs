@@ -48,7 +48,9 @@ fn sql_functions() -> Vec<String> {
                     None => after_attribute = true,
                 }
             } else if after_attribute {
-                if let Some(rest) = line.strip_prefix("fn ").or_else(|| line.strip_prefix("pub fn ")) {
+                if let Some(rest) =
+                    line.strip_prefix("fn ").or_else(|| line.strip_prefix("pub fn "))
+                {
                     names.push(rest.split(['(', '<']).next().unwrap().to_string());
                     after_attribute = false;
                 }
@@ -86,11 +88,8 @@ fn readme_shows_the_two_commands_and_links_every_page() {
 fn ci_calls_xtask_for_every_major() {
     let ci = read(".ci/run");
     assert!(ci.contains("cargo xtask test"), ".ci/run must run the README's test command");
-    let logic_lines = ci
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count();
+    let logic_lines =
+        ci.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).count();
     assert!(logic_lines <= 25, ".ci/run has {logic_lines} lines: move logic into xtask");
 
     let workflow = read(".github/workflows/ci.yml");
@@ -153,7 +152,10 @@ fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_versio
             "{} changed after its release: change the SQL in a new version instead",
             versions::install_script_name(version)
         );
-        assert!(numeric(version) <= numeric(&current), "released {version} is newer than the workspace's {current}");
+        assert!(
+            numeric(version) <= numeric(&current),
+            "released {version} is newer than the workspace's {current}"
+        );
         assert!(
             versions::upgrade_path(version, &current, &upgrades).is_some(),
             "no chain of upgrade scripts from {version} to {current}: add {}",
@@ -189,7 +191,9 @@ fn every_published_report_says_what_produced_it() {
         let digits: Vec<bool> = word.chars().take(10).map(|c| c.is_ascii_digit()).collect();
         digits == [true, true, true, true, false, true, true, false, true, true]
     };
-    for report in files_below("results", ".md").into_iter().filter(|p| !p.ends_with("results/README.md")) {
+    for report in
+        files_below("results", ".md").into_iter().filter(|p| !p.ends_with("results/README.md"))
+    {
         let text = fs::read_to_string(&report).unwrap().to_lowercase();
         for entry in ["`cargo xtask ", "machine", "rustc"] {
             assert!(text.contains(entry), "{} does not say `{entry}…`", report.display());

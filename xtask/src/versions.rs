@@ -26,7 +26,8 @@ pub fn sql_dir() -> PathBuf {
 
 /// The workspace's version, which `cargo pgrx install` puts in the control file.
 pub fn current() -> Result<String> {
-    let manifest: toml::Table = std::fs::read_to_string(project_root().join("Cargo.toml"))?.parse()?;
+    let manifest: toml::Table =
+        std::fs::read_to_string(project_root().join("Cargo.toml"))?.parse()?;
     manifest
         .get("workspace")
         .and_then(|w| w.get("package"))
@@ -55,7 +56,9 @@ pub fn scripts() -> Result<Vec<Vec<String>>> {
     let mut scripts = Vec::new();
     for entry in std::fs::read_dir(sql_dir())? {
         let name = entry?.file_name().to_string_lossy().to_string();
-        if let Some(versions) = name.strip_prefix(&format!("{EXTENSION}--")).and_then(|n| n.strip_suffix(".sql")) {
+        if let Some(versions) =
+            name.strip_prefix(&format!("{EXTENSION}--")).and_then(|n| n.strip_suffix(".sql"))
+        {
             scripts.push(versions.split("--").map(str::to_string).collect());
         }
     }

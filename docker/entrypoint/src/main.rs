@@ -39,13 +39,20 @@ fn run(args: Vec<OsString>) -> Result<(), String> {
     }
     // SAFETY: getuid has no preconditions and cannot fail.
     if unsafe { libc::getuid() } == 0 {
-        let passwd = fs::read_to_string("/etc/passwd").map_err(|e| format!("reading /etc/passwd: {e}"))?;
+        let passwd =
+            fs::read_to_string("/etc/passwd").map_err(|e| format!("reading /etc/passwd: {e}"))?;
         let (uid, gid) = user_ids(&passwd, "postgres").ok_or("the image has no `postgres` user")?;
         for dir in [pgdata.as_path(), Path::new(SOCKET_DIR)] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-            chown(dir, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", dir.display()))?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            chown(dir, Some(uid), Some(gid))
+                .map_err(|e| format!("chown {}: {e}", dir.display()))?;
         }
-        fs::set_permissions(SOCKET_DIR, fs::Permissions::from_mode(0o2775)).map_err(|e| e.to_string())?;
+        fs::set_permissions(SOCKET_DIR, fs::Permissions::from_mode(0o2775))
+            .map_err(|e| e.to_string())?;
         let myself = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut as_postgres = Command::new(myself);
         as_postgres.args(&args).uid(uid).gid(gid).env("HOME", "/var/lib/postgresql");
@@ -82,16 +89,25 @@ fn initialise(pgdata: &Path) -> Result<(), String> {
     if password.is_empty() {
         return Err("PGDATA holds no cluster and POSTGRES_PASSWORD is not set: set it (`docker run -e POSTGRES_PASSWORD=…`) to initialise one".into());
     }
-    let user = std::env::var("POSTGRES_USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "postgres".into());
+    let user = std::env::var("POSTGRES_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "postgres".into());
     // initdb reads the password from a file, so that it never shows in a process list.
     let password_file = std::env::temp_dir().join("pg_automerge-initdb-password");
-    fs::write(&password_file, format!("{password}\n")).map_err(|e| format!("writing the password file: {e}"))?;
+    fs::write(&password_file, format!("{password}\n"))
+        .map_err(|e| format!("writing the password file: {e}"))?;
     let status = Command::new("initdb")
         .arg("-D")
         .arg(pgdata)
         .arg(format!("--username={user}"))
         .arg(format!("--pwfile={}", password_file.display()))
-        .args(["--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"])
+        .args([
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+        ])
         .status();
     let _ = fs::remove_file(&password_file);
     match status {
@@ -101,7 +117,9 @@ fn initialise(pgdata: &Path) -> Result<(), String> {
     }
     append(&pgdata.join("pg_hba.conf"), "\n# pg_automerge image: clients of a mapped port come from the bridge.\nhost all all all scram-sha-256\n")?;
     append(&pgdata.join("postgresql.conf"), &format!("\ninclude '{SETTINGS}'\n"))?;
-    if let Some(database) = std::env::var("POSTGRES_DB").ok().filter(|db| !db.is_empty() && *db != user) {
+    if let Some(database) =
+        std::env::var("POSTGRES_DB").ok().filter(|db| !db.is_empty() && *db != user)
+    {
         create_database(pgdata, &user, &database)?;
     }
     Ok(())
@@ -119,8 +137,11 @@ fn create_database(pgdata: &Path, user: &str, database: &str) -> Result<(), Stri
         .map_err(|e| format!("starting postgres --single: {e}"))?;
     let quoted = database.replace('"', "\"\"");
     let owner = user.replace('"', "\"\"");
-    write!(single.stdin.take().expect("stdin is piped"), "CREATE DATABASE \"{quoted}\" OWNER \"{owner}\";\n")
-        .map_err(|e| format!("sending CREATE DATABASE: {e}"))?;
+    write!(
+        single.stdin.take().expect("stdin is piped"),
+        "CREATE DATABASE \"{quoted}\" OWNER \"{owner}\";\n"
+    )
+    .map_err(|e| format!("sending CREATE DATABASE: {e}"))?;
     let status = single.wait().map_err(|e| e.to_string())?;
     if !status.success() {
         return Err(format!("creating database {database} failed ({status})"));
@@ -169,14 +190,19 @@ mod tests {
         let pgdata = Path::new("/data");
         let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
         let shown = |command: Command| {
-            std::iter::once(command.get_program().to_owned()).chain(command.get_args().map(|a| a.to_owned())).collect::<Vec<_>>()
+            std::iter::once(command.get_program().to_owned())
+                .chain(command.get_args().map(|a| a.to_owned()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(shown(server_command(&args(&[]), pgdata)), args(&["postgres", "-D", "/data"]));
         assert_eq!(
             shown(server_command(&args(&["postgres", "-c", "work_mem=64MB"]), pgdata)),
             args(&["postgres", "-D", "/data", "-c", "work_mem=64MB"])
         );
-        assert_eq!(shown(server_command(&args(&["-c", "fsync=off"]), pgdata)), args(&["postgres", "-D", "/data", "-c", "fsync=off"]));
+        assert_eq!(
+            shown(server_command(&args(&["-c", "fsync=off"]), pgdata)),
+            args(&["postgres", "-D", "/data", "-c", "fsync=off"])
+        );
         assert_eq!(shown(server_command(&args(&["psql", "-V"]), pgdata)), args(&["psql", "-V"]));
         assert!(!runs_postgres(&args(&["bash"])));
     }

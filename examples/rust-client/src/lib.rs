@@ -22,7 +22,9 @@ fn hex(heads: &[ChangeHash]) -> Vec<String> {
 }
 
 async fn server_heads(client: &Client, id: i32) -> Result<Vec<String>, tokio_postgres::Error> {
-    let row = client.query_one("SELECT automerge_heads(doc) FROM client_docs WHERE id = $1", &[&id]).await?;
+    let row = client
+        .query_one("SELECT automerge_heads(doc) FROM client_docs WHERE id = $1", &[&id])
+        .await?;
     Ok(row.get(0))
 }
 
@@ -31,7 +33,9 @@ pub async fn run(conninfo: &str) -> Result<Report, Box<dyn std::error::Error>> {
     let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
     tokio::spawn(connection);
     client
-        .batch_execute("CREATE TABLE IF NOT EXISTS client_docs (id int PRIMARY KEY, doc automerge NOT NULL)")
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS client_docs (id int PRIMARY KEY, doc automerge NOT NULL)",
+        )
         .await?;
     let id = 1;
     client.execute("DELETE FROM client_docs WHERE id = $1", &[&id]).await?;
@@ -55,7 +59,12 @@ pub async fn run(conninfo: &str) -> Result<Report, Box<dyn std::error::Error>> {
         local.insert(&items, end, item)?;
         local.commit();
         let changes = local.save_after(&synced);
-        client.execute("UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2", &[&changes, &id]).await?;
+        client
+            .execute(
+                "UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2",
+                &[&changes, &id],
+            )
+            .await?;
         bytes_sent += changes.len();
         changes_sent += local.get_changes(&synced).len();
         synced = local.get_heads();
@@ -65,29 +74,46 @@ pub async fn run(conninfo: &str) -> Result<Report, Box<dyn std::error::Error>> {
     }
 
     // 3. Another replica edits the same row concurrently.
-    let stored: Vec<u8> = client.query_one("SELECT doc::bytea FROM client_docs WHERE id = $1", &[&id]).await?.get(0);
+    let stored: Vec<u8> =
+        client.query_one("SELECT doc::bytea FROM client_docs WHERE id = $1", &[&id]).await?.get(0);
     let mut other = AutoCommit::load(&stored)?.with_actor(ActorId::from(*b"another-replica!"));
     other.put(ROOT, "title", "Weekend shopping")?;
     let other_change = other.save_after(&synced);
-    client.execute("UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2", &[&other_change, &id]).await?;
+    client
+        .execute(
+            "UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2",
+            &[&other_change, &id],
+        )
+        .await?;
     local.put(ROOT, "done", false)?;
     local.commit();
 
     // 4. Read back, merge, and send what the server still lacks.
-    let row = client.query_one("SELECT doc::bytea, doc::jsonb::text FROM client_docs WHERE id = $1", &[&id]).await?;
+    let row = client
+        .query_one("SELECT doc::bytea, doc::jsonb::text FROM client_docs WHERE id = $1", &[&id])
+        .await?;
     let mut server_doc = AutoCommit::load(&row.get::<_, Vec<u8>>(0))?;
     local.merge(&mut server_doc)?;
     let missing = local.save_after(&server_doc.get_heads());
-    client.execute("UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2", &[&missing, &id]).await?;
+    client
+        .execute("UPDATE client_docs SET doc = doc || $1::bytea WHERE id = $2", &[&missing, &id])
+        .await?;
     bytes_sent += missing.len();
     changes_sent += 1;
 
-    let row = client.query_one("SELECT automerge_heads(doc), doc::jsonb::text FROM client_docs WHERE id = $1", &[&id]).await?;
+    let row = client
+        .query_one(
+            "SELECT automerge_heads(doc), doc::jsonb::text FROM client_docs WHERE id = $1",
+            &[&id],
+        )
+        .await?;
     let heads: Vec<String> = row.get(0);
     let server_json: serde_json::Value = serde_json::from_str(row.get(1))?;
     let local_json = serde_json::to_value(AutoSerde::from(&local))?;
     if heads != hex(&local.get_heads()) {
-        return Err(format!("heads differ: server {heads:?}, local {:?}", hex(&local.get_heads())).into());
+        return Err(
+            format!("heads differ: server {heads:?}, local {:?}", hex(&local.get_heads())).into()
+        );
     }
     if server_json != local_json {
         return Err(format!("JSON differs: server {server_json}, local {local_json}").into());

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, Notification, NoTls};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
 
 /// The psql of the cluster's major.
 pub const PSQL_ENV: &str = "PG_AUTOMERGE_PSQL";
@@ -27,7 +27,10 @@ pub fn conninfo() -> String {
 
 /// The workspace root.
 pub fn project_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the workspace")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace")
 }
 
 /// psql's output (results, then errors) for `sql`: one statement per call keeps the order.
@@ -59,7 +62,8 @@ pub fn strip_psql_location(line: &str) -> &str {
 
 /// A connection whose driver runs on its own task.
 pub async fn connect() -> Client {
-    let (client, connection) = tokio_postgres::connect(&conninfo(), NoTls).await.expect("connecting");
+    let (client, connection) =
+        tokio_postgres::connect(&conninfo(), NoTls).await.expect("connecting");
     tokio::spawn(async move {
         if let Err(err) = connection.await {
             eprintln!("connection closed: {err}");

@@ -25,7 +25,8 @@ enum Mode {
     UpsertFullSave,
 }
 
-const MODES: [Mode; 3] = [Mode::IncrementalReadCommitted, Mode::IncrementalRepeatableRead, Mode::UpsertFullSave];
+const MODES: [Mode; 3] =
+    [Mode::IncrementalReadCommitted, Mode::IncrementalRepeatableRead, Mode::UpsertFullSave];
 
 fn base() -> AutoCommit {
     let mut doc = AutoCommit::new().with_actor(ActorId::from([0xb0; 16]));
@@ -130,7 +131,10 @@ async fn concurrent_writers_lose_and_duplicate_nothing() {
             expected.get_changes(&[]).iter().map(|c| c.hash().to_string()).collect();
         let id = row as i32 + 1;
         let stored = admin
-            .query(&format!("SELECT hash FROM {table}, automerge_changes(doc) WHERE id = $1"), &[&id])
+            .query(
+                &format!("SELECT hash FROM {table}, automerge_changes(doc) WHERE id = $1"),
+                &[&id],
+            )
             .await
             .unwrap();
         let stored_hashes: Vec<String> = stored.iter().map(|r| r.get(0)).collect();
@@ -166,7 +170,10 @@ async fn a_blocked_update_is_re_evaluated_on_the_new_row() {
         ))
         .await
         .unwrap();
-    first.execute(&format!("INSERT INTO {table} VALUES (1, $1::bytea)"), &[&base.save()]).await.unwrap();
+    first
+        .execute(&format!("INSERT INTO {table} VALUES (1, $1::bytea)"), &[&base.save()])
+        .await
+        .unwrap();
 
     let mut edit = |actor: u8, key: &str| {
         let mut replica = base.fork().with_actor(ActorId::from([actor; 16]));
@@ -188,7 +195,10 @@ async fn a_blocked_update_is_re_evaluated_on_the_new_row() {
     let mut waited = false;
     for _ in 0..200 {
         let row = first
-            .query_one("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", &[&second_pid])
+            .query_one(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                &[&second_pid],
+            )
             .await
             .unwrap();
         if row.get::<_, Option<bool>>(0) == Some(true) {
@@ -208,7 +218,8 @@ async fn a_blocked_update_is_re_evaluated_on_the_new_row() {
         .await
         .unwrap()
         .get(0);
-    let expected_heads: Vec<String> = expected.get_heads().iter().map(ChangeHash::to_string).collect();
+    let expected_heads: Vec<String> =
+        expected.get_heads().iter().map(ChangeHash::to_string).collect();
     assert_eq!(heads, expected_heads, "one writer's change was lost");
     println!("EvalPlanQual: both writers' changes kept after a lock wait");
 }

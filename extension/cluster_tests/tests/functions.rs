@@ -11,7 +11,10 @@ fn snapshot(name: &str, sql: &str) {
 
 #[test]
 fn type_input_and_output() {
-    snapshot("text_output", "SELECT name, doc FROM sample_documents WHERE name IN ('empty', 'project') ORDER BY name;");
+    snapshot(
+        "text_output",
+        "SELECT name, doc FROM sample_documents WHERE name IN ('empty', 'project') ORDER BY name;",
+    );
     snapshot("bytea_cast", "SELECT doc::bytea FROM sample_documents WHERE name = 'empty';");
     snapshot("bad_text", "SELECT 'not hex'::automerge;");
     snapshot("bad_bytes", "SELECT '\\x0102'::bytea::automerge;");
@@ -83,7 +86,10 @@ fn aggregate_and_equality() {
 
 #[test]
 fn storage() {
-    snapshot("storage", "SELECT name, s.* FROM sample_documents, automerge_storage(doc) AS s ORDER BY name;");
+    snapshot(
+        "storage",
+        "SELECT name, s.* FROM sample_documents, automerge_storage(doc) AS s ORDER BY name;",
+    );
     snapshot(
         "compact",
         "SELECT name, automerge_compact(doc) = doc AS same_heads, automerge_compact(doc)::bytea = doc::bytea AS same_bytes \

@@ -118,7 +118,12 @@ async fn hostile_deep_nesting_is_refused_as_json_not_a_crash() {
     }
     // Automerge builds a block's attributes recursively for spans.
     let deep_block = fixtures::hostile::deep_block(10_000).save();
-    let code = sqlstate(&client, "SELECT automerge_spans($1::bytea::automerge, '{content}')", &[&deep_block]).await;
+    let code = sqlstate(
+        &client,
+        "SELECT automerge_spans($1::bytea::automerge, '{content}')",
+        &[&deep_block],
+    )
+    .await;
     assert_eq!(code, Some(SqlState::STATEMENT_TOO_COMPLEX), "spans of a deeply nested block");
     still_alive(&client).await;
     let shallow = fixtures::hostile::deeply_nested(500).save();
@@ -205,7 +210,8 @@ async fn hostile_overlapping_marks_finish_with_every_span() {
     let saved = fixtures::hostile::overlapping_marks(chars, marks).save();
     client.batch_execute("SET statement_timeout = '60s'").await.unwrap();
     let spans =
-        json_of(&client, "SELECT automerge_spans($1::bytea::automerge, '{content}')::text", &saved).await;
+        json_of(&client, "SELECT automerge_spans($1::bytea::automerge, '{content}')::text", &saved)
+            .await;
     let spans = spans.as_array().unwrap();
     // Every mark starts and ends at its own boundary: one span between each two.
     let text: String = spans.iter().map(|s| s["value"].as_str().unwrap()).collect();
@@ -240,8 +246,13 @@ async fn hostile_zz_no_backend_died_on_any_of_them() {
     let path = std::env::var(SERVER_LOG_ENV)
         .unwrap_or_else(|_| panic!("{SERVER_LOG_ENV} is not set: run through `cargo xtask test`"));
     let log = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
-    assert!(log.contains("database system is ready to accept connections"), "{path} is the server log");
-    for sign in ["terminated by signal", "was terminated", "terminating any other active server processes"] {
+    assert!(
+        log.contains("database system is ready to accept connections"),
+        "{path} is the server log"
+    );
+    for sign in
+        ["terminated by signal", "was terminated", "terminating any other active server processes"]
+    {
         let line = log.lines().find(|line| line.contains(sign));
         assert!(line.is_none(), "the server log records a dead backend: {}", line.unwrap());
     }

@@ -9,11 +9,19 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 async fn allocated(client: &Client) -> i64 {
-    client.query_one("SELECT allocated_bytes FROM automerge_memory_usage()", &[]).await.unwrap().get(0)
+    client
+        .query_one("SELECT allocated_bytes FROM automerge_memory_usage()", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 async fn resident(client: &Client) -> i64 {
-    client.query_one("SELECT resident_bytes FROM automerge_memory_usage()", &[]).await.unwrap().get(0)
+    client
+        .query_one("SELECT resident_bytes FROM automerge_memory_usage()", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// Statements of every kind, including one that fails.
@@ -87,7 +95,9 @@ async fn the_trim_gives_freed_memory_back() {
 async fn only_superusers_change_the_memory_settings() {
     let client = connect().await;
     client
-        .batch_execute("DROP ROLE IF EXISTS automerge_app; CREATE ROLE automerge_app; SET ROLE automerge_app")
+        .batch_execute(
+            "DROP ROLE IF EXISTS automerge_app; CREATE ROLE automerge_app; SET ROLE automerge_app",
+        )
         .await
         .unwrap();
     for setting in ["pg_automerge.trim_threshold", "pg_automerge.max_load_memory"] {
@@ -105,7 +115,10 @@ async fn the_shared_view_lists_every_backend() {
         let client = connect().await;
         // A transaction's end publishes the backend's counters.
         let pid: i32 = client
-            .query_one("SELECT pg_backend_pid() FROM (SELECT doc::jsonb FROM sample_documents LIMIT 1) d", &[])
+            .query_one(
+                "SELECT pg_backend_pid() FROM (SELECT doc::jsonb FROM sample_documents LIMIT 1) d",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -120,9 +133,16 @@ async fn the_shared_view_lists_every_backend() {
         .map(|row| row.get(0))
         .collect();
     for pid in &pids {
-        assert!(listed.contains(pid), "backend {pid} is not in automerge_memory_backends(): {listed:?}");
+        assert!(
+            listed.contains(pid),
+            "backend {pid} is not in automerge_memory_backends(): {listed:?}"
+        );
     }
-    println!("shared view: {} backends listed, including the {} test sessions", listed.len(), pids.len());
+    println!(
+        "shared view: {} backends listed, including the {} test sessions",
+        listed.len(),
+        pids.len()
+    );
 }
 
 /// The Operations page's recipe, exactly as written there, with `$1` bound.
@@ -138,12 +158,18 @@ async fn the_operations_recipe_works_as_written() {
         .unwrap();
     client.query("SELECT automerge_memory_reset();", &[]).await.unwrap();
     let bytes: i32 = client
-        .query_one("SELECT octet_length(automerge_compact(doc)::bytea) FROM docs WHERE id = $1;", &[&1i32])
+        .query_one(
+            "SELECT octet_length(automerge_compact(doc)::bytea) FROM docs WHERE id = $1;",
+            &[&1i32],
+        )
         .await
         .unwrap()
         .get(0);
     let peak: String = client
-        .query_one("SELECT pg_size_pretty(peak_allocated_bytes) FROM automerge_memory_usage();", &[])
+        .query_one(
+            "SELECT pg_size_pretty(peak_allocated_bytes) FROM automerge_memory_usage();",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);

@@ -30,7 +30,10 @@ async fn one_notification_per_committed_write() {
 
     let mut base = AutoCommit::new().with_actor(ActorId::from([0xc0; 16]));
     base.put(ROOT, "title", "watched").unwrap();
-    admin.execute(&format!("INSERT INTO {table} VALUES (1, $1::bytea)"), &[&base.save()]).await.unwrap();
+    admin
+        .execute(&format!("INSERT INTO {table} VALUES (1, $1::bytea)"), &[&base.save()])
+        .await
+        .unwrap();
     let mut committed = 1;
 
     let tasks: Vec<_> = (0..WRITERS)
@@ -75,11 +78,15 @@ async fn one_notification_per_committed_write() {
     // Wait for every expected notification, then a little longer for any extra one.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while received.len() < committed && tokio::time::Instant::now() < deadline {
-        if let Ok(Some(n)) = tokio::time::timeout(Duration::from_millis(200), notifications.recv()).await {
+        if let Ok(Some(n)) =
+            tokio::time::timeout(Duration::from_millis(200), notifications.recv()).await
+        {
             received.push(n);
         }
     }
-    while let Ok(Some(n)) = tokio::time::timeout(Duration::from_millis(500), notifications.recv()).await {
+    while let Ok(Some(n)) =
+        tokio::time::timeout(Duration::from_millis(500), notifications.recv()).await
+    {
         received.push(n);
     }
     println!(
@@ -94,7 +101,9 @@ async fn one_notification_per_committed_write() {
     let operations: Vec<&str> = payloads.iter().map(|p| p["operation"].as_str().unwrap()).collect();
     assert_eq!(operations.first(), Some(&"INSERT"));
     assert_eq!(operations.last(), Some(&"DELETE"));
-    assert!(payloads.iter().all(|p| p["table"] == format!("public.{table}") && p["key"]["id"] == 1));
+    assert!(payloads
+        .iter()
+        .all(|p| p["table"] == format!("public.{table}") && p["key"]["id"] == 1));
     let new_heads: BTreeSet<String> =
         payloads.iter().filter_map(|p| p.get("heads")).map(|h| h.to_string()).collect();
     assert_eq!(new_heads.len(), committed - 1, "two notifications carry the same heads");

@@ -14,7 +14,9 @@ use tokio_postgres::NoTls;
 async fn connect_as(role: &str) -> tokio_postgres::Client {
     // libpq's rule, which tokio-postgres follows: the last `user=` wins.
     let (client, connection) =
-        tokio_postgres::connect(&format!("{} user={role}", conninfo()), NoTls).await.expect("connecting");
+        tokio_postgres::connect(&format!("{} user={role}", conninfo()), NoTls)
+            .await
+            .expect("connecting");
     tokio::spawn(connection);
     client
 }
@@ -65,15 +67,21 @@ async fn a_plain_role_uses_documents_without_superuser() {
     doc.put(ROOT, "title", "Plain").unwrap();
     doc.commit();
     for id in [1, 2] {
-        app.execute(&format!("INSERT INTO {schema}.notes (id, doc) VALUES ($1, $2::bytea)"), &[&id, &doc.save()])
-            .await
-            .unwrap();
+        app.execute(
+            &format!("INSERT INTO {schema}.notes (id, doc) VALUES ($1, $2::bytea)"),
+            &[&id, &doc.save()],
+        )
+        .await
+        .unwrap();
     }
     let before = doc.get_heads();
     doc.put(ROOT, "title", "Still plain").unwrap();
     doc.commit();
     let written = app
-        .execute(&format!("UPDATE {schema}.notes SET doc = doc || $1::bytea WHERE id = 1"), &[&doc.save_after(&before)])
+        .execute(
+            &format!("UPDATE {schema}.notes SET doc = doc || $1::bytea WHERE id = 1"),
+            &[&doc.save_after(&before)],
+        )
         .await
         .unwrap();
     assert_eq!(written, 1);
@@ -119,7 +127,11 @@ async fn only_superusers_change_the_memory_settings() {
         assert!(!shown.is_empty(), "{setting} is readable");
         for statement in [format!("SET {setting} = '1GB'"), format!("SET LOCAL {setting} = -1")] {
             let error = app.batch_execute(&statement).await.expect_err(&statement);
-            assert_eq!(error.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{statement}: {error:?}");
+            assert_eq!(
+                error.code(),
+                Some(&SqlState::INSUFFICIENT_PRIVILEGE),
+                "{statement}: {error:?}"
+            );
         }
         let error = app
             .query_one(&format!("SELECT set_config('{setting}', '1GB', false)"), &[])
@@ -129,14 +141,21 @@ async fn only_superusers_change_the_memory_settings() {
     }
     // A superuser may hand one setting to a role (PostgreSQL 15 and later).
     let admin = connect().await;
-    admin.batch_execute(&format!("GRANT SET ON PARAMETER pg_automerge.max_load_memory TO {role}")).await.unwrap();
+    admin
+        .batch_execute(&format!("GRANT SET ON PARAMETER pg_automerge.max_load_memory TO {role}"))
+        .await
+        .unwrap();
     let app = connect_as(role).await;
     app.batch_execute("SET pg_automerge.max_load_memory = '1GB'").await.unwrap();
-    let shown: String = app.query_one("SHOW pg_automerge.max_load_memory", &[]).await.unwrap().get(0);
+    let shown: String =
+        app.query_one("SHOW pg_automerge.max_load_memory", &[]).await.unwrap().get(0);
     assert_eq!(shown, "1GB");
     let error = app.batch_execute("SET pg_automerge.trim_threshold = -1").await.unwrap_err();
     assert_eq!(error.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
-    admin.batch_execute(&format!("REVOKE SET ON PARAMETER pg_automerge.max_load_memory FROM {role}")).await.unwrap();
+    admin
+        .batch_execute(&format!("REVOKE SET ON PARAMETER pg_automerge.max_load_memory FROM {role}"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -155,10 +174,15 @@ async fn every_function_runs_with_the_callers_rights() {
         .await
         .unwrap();
     assert!(rows.len() >= 30, "found only {} functions of the extension", rows.len());
-    let definers: Vec<String> = rows.iter().filter(|r| r.get::<_, bool>(1)).map(|r| r.get(0)).collect();
+    let definers: Vec<String> =
+        rows.iter().filter(|r| r.get::<_, bool>(1)).map(|r| r.get(0)).collect();
     assert!(definers.is_empty(), "SECURITY DEFINER: {definers:?}");
-    let with_settings: Vec<String> = rows.iter().filter(|r| r.get::<_, bool>(2)).map(|r| r.get(0)).collect();
-    assert!(with_settings.is_empty(), "functions that change settings while they run: {with_settings:?}");
+    let with_settings: Vec<String> =
+        rows.iter().filter(|r| r.get::<_, bool>(2)).map(|r| r.get(0)).collect();
+    assert!(
+        with_settings.is_empty(),
+        "functions that change settings while they run: {with_settings:?}"
+    );
     // EXECUTE stays granted to PUBLIC, as for any function.
     let not_public: i64 = admin
         .query_one(

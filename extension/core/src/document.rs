@@ -6,10 +6,10 @@ use automerge::{Automerge, ChangeHash, LoadOptions, ObjId, OnPartialLoad, ReadDo
 
 use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, ActorClock, Kept, RootOps, StoredValue, Summary};
-use crate::json;
 use crate::guard::no_panic;
-use crate::{cache, memory};
+use crate::json;
 use crate::Error;
+use crate::{cache, memory};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
 /// concatenation of them. Empty input is the empty document. The input must be
@@ -38,10 +38,12 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
 /// a refusal: a load that keeps such changes queued lets us list them.
 fn missing_dependencies(bytes: &[u8]) -> Vec<ChangeHash> {
     let keep_queued = LoadOptions::new().on_partial_load(OnPartialLoad::Ignore);
-    no_panic(|| Automerge::load_with_options(bytes, keep_queued).map(|doc| doc.get_missing_deps(&[])))
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default()
+    no_panic(|| {
+        Automerge::load_with_options(bytes, keep_queued).map(|doc| doc.get_missing_deps(&[]))
+    })
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default()
 }
 
 /// What the stored header records about a loaded document, and what format 2 keeps for
@@ -60,10 +62,12 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
     }
     let mut root = RootOps::new();
     for key in doc.keys(ROOT) {
-        let ops = doc.get_all(ROOT, key.as_str()).unwrap_or_default().into_iter().filter_map(|(_, id)| match id {
-            ObjId::Id(counter, actor, _) => Some((counter, actor)),
-            ObjId::Root => None,
-        });
+        let ops = doc.get_all(ROOT, key.as_str()).unwrap_or_default().into_iter().filter_map(
+            |(_, id)| match id {
+                ObjId::Id(counter, actor, _) => Some((counter, actor)),
+                ObjId::Root => None,
+            },
+        );
         root.insert(key, ops.collect());
     }
     let summary = Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() };
@@ -81,7 +85,12 @@ pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
 
 /// The stored form of `doc`, whose Automerge bytes are `payload` (a save, then
 /// `appended_changes` change chunks).
-fn encode_loaded(doc: &Automerge, keep_json: bool, payload: &[u8], appended_changes: u32) -> Result<Vec<u8>, Error> {
+fn encode_loaded(
+    doc: &Automerge,
+    keep_json: bool,
+    payload: &[u8],
+    appended_changes: u32,
+) -> Result<Vec<u8>, Error> {
     let json = match keep_json {
         true => match json::document(doc, None) {
             Ok(json) => Some(json.to_string()),

@@ -139,9 +139,7 @@ pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
     Ok(LoadEstimate {
         ops: counts.weighted_ops(),
         changes: counts.changes,
-        bytes: (bytes.len() as u64)
-            .saturating_add(counts.inflated)
-            .saturating_add(counts.expanded),
+        bytes: (bytes.len() as u64).saturating_add(counts.inflated).saturating_add(counts.expanded),
     })
 }
 
@@ -149,11 +147,7 @@ pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
 /// what the payload's deflated columns inflate to, nor how many dependencies its changes
 /// have; `estimate_client_bytes(payload)` can, at the cost of a pass over the payload.
 pub fn estimate_stored(summary: &Summary, payload_len: usize) -> LoadEstimate {
-    LoadEstimate {
-        ops: summary.op_count,
-        changes: summary.change_count,
-        bytes: payload_len as u64,
-    }
+    LoadEstimate { ops: summary.op_count, changes: summary.change_count, bytes: payload_len as u64 }
 }
 
 /// What applying the changes of a stored value to another loaded document adds, as a
@@ -238,19 +232,14 @@ impl Counts {
             (self.change_deps, CHANGE_DEPENDENCY),
         ]
         .iter()
-        .fold(0u64, |sum, (rows, weight)| {
-            sum.saturating_add(rows.saturating_mul(*weight))
-        });
+        .fold(0u64, |sum, (rows, weight)| sum.saturating_add(rows.saturating_mul(*weight)));
         eighths.div_ceil(8)
     }
 
     /// Adds what a document or bundle chunk holds.
     fn add_columns(&mut self, as_document: bool, ops: &ColumnSet, changes: &ColumnSet, other: u64) {
         Self::add(&mut self.changes, changes.outer);
-        Self::add(
-            &mut self.expanded,
-            ops.expanded.saturating_add(changes.expanded),
-        );
+        Self::add(&mut self.expanded, ops.expanded.saturating_add(changes.expanded));
         if as_document {
             Self::add(&mut self.doc_ops, ops.outer.saturating_add(other));
             Self::add(&mut self.doc_inserts, ops.inserts);
@@ -311,12 +300,8 @@ fn document(body: &[u8], first: bool, counts: &mut Counts) -> Result<(), Error> 
     let (change_cols, change_len) = spec_list(&mut c)?;
     let op_specs = c.pos;
     let (op_cols, op_len) = spec_list(&mut c)?;
-    let change_data = c
-        .take(change_len)
-        .ok_or_else(|| truncated("change column data"))?;
-    let op_data = c
-        .take(op_len)
-        .ok_or_else(|| truncated("operation column data"))?;
+    let change_data = c.take(change_len).ok_or_else(|| truncated("change column data"))?;
+    let op_data = c.take(op_len).ok_or_else(|| truncated("operation column data"))?;
     let changes = sliced_columns(&body[change_specs..], change_data, counts)?;
     let ops = sliced_columns(&body[op_specs..], op_data, counts)?;
     let other = actors.saturating_add(change_cols).saturating_add(op_cols);
@@ -332,14 +317,10 @@ fn bundle(body: &[u8], counts: &mut Counts) -> Result<(), Error> {
     let actors = actor_list(&mut c)?;
     let change_specs = c.pos;
     let (change_cols, change_len) = spec_list(&mut c)?;
-    let change_data = c
-        .take(change_len)
-        .ok_or_else(|| truncated("change column data"))?;
+    let change_data = c.take(change_len).ok_or_else(|| truncated("change column data"))?;
     let op_specs = c.pos;
     let (op_cols, op_len) = spec_list(&mut c)?;
-    let op_data = c
-        .take(op_len)
-        .ok_or_else(|| truncated("operation column data"))?;
+    let op_data = c.take(op_len).ok_or_else(|| truncated("operation column data"))?;
     let changes = sliced_columns(&body[change_specs..], change_data, counts)?;
     let ops = sliced_columns(&body[op_specs..], op_data, counts)?;
     let other = actors.saturating_add(change_cols).saturating_add(op_cols);
@@ -372,10 +353,7 @@ fn change_body<S: Rewind>(src: &mut S, counts: &mut Counts) -> Result<(), Error>
         if spec & DEFLATE_BIT != 0 {
             return Err(not_automerge("a change chunk has a deflated column"));
         }
-        let mut column = Limited {
-            inner: &mut *src,
-            left: len,
-        };
+        let mut column = Limited { inner: &mut *src, left: len };
         set.add(spec, &mut column)?;
         let left = column.left;
         if src.skip(left) != left {
@@ -385,9 +363,8 @@ fn change_body<S: Rewind>(src: &mut S, counts: &mut Counts) -> Result<(), Error>
     Counts::add(&mut counts.changes, 1);
     // What a change holds per actor and per column is in the cost of a change, up to
     // many more of them than any change has; beyond that they count as rows.
-    let floods = other_actors
-        .saturating_sub(FREE_ACTORS)
-        .saturating_add(cols.saturating_sub(FREE_COLUMNS));
+    let floods =
+        other_actors.saturating_sub(FREE_ACTORS).saturating_add(cols.saturating_sub(FREE_COLUMNS));
     Counts::add(&mut counts.change_ops, set.outer.saturating_add(floods));
     Counts::add(&mut counts.change_preds, set.inner);
     Counts::add(&mut counts.expanded, set.expanded);
@@ -683,10 +660,7 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: u64) -> Option<&'a [u8]> {
         let n = usize::try_from(n).ok()?;
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|end| *end <= self.data.len())?;
+        let end = self.pos.checked_add(n).filter(|end| *end <= self.data.len())?;
         let taken = &self.data[self.pos..end];
         self.pos = end;
         Some(taken)
@@ -714,10 +688,7 @@ impl Rewind for Cursor<'_> {
     }
 
     fn rewind(&self, pos: u64) -> Self {
-        Cursor {
-            data: self.data,
-            pos: (pos as usize).min(self.data.len()),
-        }
+        Cursor { data: self.data, pos: (pos as usize).min(self.data.len()) }
     }
 }
 
@@ -860,8 +831,7 @@ mod tests {
             doc.splice_text(&text, 0, 0, "hello world, ").unwrap();
             let item = doc.insert_object(&list, 0, ObjType::Map).unwrap();
             doc.put(&item, "n", i as i64).unwrap();
-            doc.put(&item, "name", format!("item {i} ").repeat(8))
-                .unwrap();
+            doc.put(&item, "name", format!("item {i} ").repeat(8)).unwrap();
             if i % 3 == 0 {
                 doc.splice_text(&text, 2, 4, "").unwrap();
             }
@@ -875,16 +845,10 @@ mod tests {
     fn samples() -> Vec<Vec<u8>> {
         let mut d = doc(40);
         let hashes: Vec<_> = d.get_changes(&[]).iter().map(|c| c.hash()).collect();
-        let changes: Vec<u8> = d
-            .get_changes(&[])
-            .iter()
-            .flat_map(|c| c.raw_bytes().to_vec())
-            .collect();
-        let deflated: Vec<u8> = d
-            .get_changes(&[])
-            .into_iter()
-            .flat_map(|mut c| c.bytes().into_owned())
-            .collect();
+        let changes: Vec<u8> =
+            d.get_changes(&[]).iter().flat_map(|c| c.raw_bytes().to_vec()).collect();
+        let deflated: Vec<u8> =
+            d.get_changes(&[]).into_iter().flat_map(|mut c| c.bytes().into_owned()).collect();
         let mut save_and_changes = doc(5).save();
         save_and_changes.extend(&changes);
         vec![
@@ -900,14 +864,7 @@ mod tests {
     #[test]
     fn empty_input_is_the_empty_document() {
         let estimate = estimate_client_bytes(&[]).unwrap();
-        assert_eq!(
-            estimate,
-            LoadEstimate {
-                ops: 0,
-                changes: 0,
-                bytes: 0
-            }
-        );
+        assert_eq!(estimate, LoadEstimate { ops: 0, changes: 0, bytes: 0 });
         assert_eq!(estimate.peak_bytes(), BASE_BYTES);
     }
 
@@ -920,15 +877,8 @@ mod tests {
             assert_eq!(estimate.changes, expected, "sample {i}");
             assert!(estimate.bytes >= bytes.len() as u64, "sample {i}");
             // Every operation counts at least as a document's map operation does.
-            let ops = d
-                .get_changes(&[])
-                .iter()
-                .map(|c| c.len() as u64)
-                .sum::<u64>();
-            assert!(
-                estimate.ops * 8 >= ops * weights::DOCUMENT_ROW,
-                "sample {i}: {estimate:?}"
-            );
+            let ops = d.get_changes(&[]).iter().map(|c| c.len() as u64).sum::<u64>();
+            assert!(estimate.ops * 8 >= ops * weights::DOCUMENT_ROW, "sample {i}: {estimate:?}");
         }
     }
 
@@ -953,11 +903,9 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_automerge() {
-        for bytes in [
-            &b"hello world"[..],
-            &[0x85, 0x6f, 0x4a, 0x83, 0, 0, 0, 0, 9, 0],
-            &[0x85, 0x6f, 0x4a],
-        ] {
+        for bytes in
+            [&b"hello world"[..], &[0x85, 0x6f, 0x4a, 0x83, 0, 0, 0, 0, 9, 0], &[0x85, 0x6f, 0x4a]]
+        {
             assert!(
                 matches!(estimate_client_bytes(bytes), Err(Error::NotAutomerge(_))),
                 "{bytes:?}"
@@ -966,17 +914,11 @@ mod tests {
         // A chunk whose length runs past the input.
         let mut saved = doc(3).save();
         saved.truncate(saved.len() - 1);
-        assert!(matches!(
-            estimate_client_bytes(&saved),
-            Err(Error::NotAutomerge(_))
-        ));
+        assert!(matches!(estimate_client_bytes(&saved), Err(Error::NotAutomerge(_))));
         // Trailing garbage after a good chunk.
         let mut saved = doc(3).save();
         saved.extend_from_slice(b"junk");
-        assert!(matches!(
-            estimate_client_bytes(&saved),
-            Err(Error::NotAutomerge(_))
-        ));
+        assert!(matches!(estimate_client_bytes(&saved), Err(Error::NotAutomerge(_))));
     }
 
     #[test]
@@ -1035,11 +977,7 @@ mod tests {
 
     #[test]
     fn peak_bytes_saturates() {
-        let estimate = LoadEstimate {
-            ops: u64::MAX,
-            changes: u64::MAX,
-            bytes: u64::MAX,
-        };
+        let estimate = LoadEstimate { ops: u64::MAX, changes: u64::MAX, bytes: u64::MAX };
         assert_eq!(estimate.peak_bytes(), u64::MAX);
     }
 

@@ -109,7 +109,8 @@ pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     let json = kept.json.unwrap_or("").as_bytes();
     let actors = encode_clock(&kept.clock);
     let root = encode_root(&kept.root);
-    let mut out = Vec::with_capacity(header_len + json.len() + actors.len() + root.len() + payload.len());
+    let mut out =
+        Vec::with_capacity(header_len + json.len() + actors.len() + root.len() + payload.len());
     out.push(FORMAT_VERSION);
     out.push(if kept.json.is_some() { FLAG_JSON } else { 0 });
     out.extend_from_slice(&[0, 0]);
@@ -191,7 +192,11 @@ impl<'a> TableReader<'a> {
     }
 
     fn finish(self) -> Result<(), Error> {
-        if self.bytes.is_empty() { Ok(()) } else { Err(self.corrupt()) }
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.corrupt())
+        }
     }
 }
 
@@ -277,7 +282,9 @@ pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
     let fields = split(stored)?;
     let mut at = fields.header_len;
     let mut section = |len: usize| -> Result<&[u8], Error> {
-        let bytes = stored.get(at..at.saturating_add(len)).ok_or_else(|| corrupt("shorter than its sections"))?;
+        let bytes = stored
+            .get(at..at.saturating_add(len))
+            .ok_or_else(|| corrupt("shorter than its sections"))?;
         at += len;
         Ok(bytes)
     };
@@ -286,12 +293,20 @@ pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
         Some(v2) => {
             let json = section(fields.json_len.unwrap_or(0))?;
             let json = match fields.json_len {
-                Some(_) => Some(std::str::from_utf8(json).map_err(|_| corrupt("kept JSON is not UTF-8"))?),
+                Some(_) => {
+                    Some(std::str::from_utf8(json).map_err(|_| corrupt("kept JSON is not UTF-8"))?)
+                }
                 None => None,
             };
             let clock = decode_clock(section(v2.actors_len)?)?;
             let root = decode_root(section(v2.root_len)?)?;
-            Some(Kept { max_op: v2.max_op, appended_changes: v2.appended_changes, json, clock, root })
+            Some(Kept {
+                max_op: v2.max_op,
+                appended_changes: v2.appended_changes,
+                json,
+                clock,
+                root,
+            })
         }
     };
     let payload = &stored[at..];
@@ -325,7 +340,12 @@ fn split(stored: &[u8]) -> Result<Fields, Error> {
         0 => return Err(corrupt("format version 0")),
         1 => V1_FIXED_LEN,
         2 => FIXED_HEADER_LEN,
-        _ => return Err(Error::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION }),
+        _ => {
+            return Err(Error::UnsupportedFormatVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            })
+        }
     };
     if stored.len() < fixed_len {
         return Err(corrupt("shorter than its header"));
@@ -365,7 +385,13 @@ fn split(stored: &[u8]) -> Result<Fields, Error> {
             ((stored[1] & FLAG_JSON != 0).then_some(json_len), Some(v2))
         }
     };
-    Ok(Fields { version, summary: Summary { change_count, op_count, heads }, header_len, json_len, v2 })
+    Ok(Fields {
+        version,
+        summary: Summary { change_count, op_count, heads },
+        header_len,
+        json_len,
+        v2,
+    })
 }
 
 fn to_u32(n: usize) -> u32 {
@@ -394,9 +420,19 @@ mod tests {
     }
 
     fn kept(json: Option<&str>) -> Kept<'_> {
-        let clock = [(ActorId::from([1u8; 16]), (3, ChangeHash([9; 32]))), (ActorId::from(&[2u8][..]), (1, ChangeHash([8; 32])))];
-        let root = [("title".to_string(), vec![(7, ActorId::from([1u8; 16]))]), ("x".to_string(), vec![])];
-        Kept { max_op: 99, appended_changes: 2, json, clock: clock.into_iter().collect(), root: root.into_iter().collect() }
+        let clock = [
+            (ActorId::from([1u8; 16]), (3, ChangeHash([9; 32]))),
+            (ActorId::from(&[2u8][..]), (1, ChangeHash([8; 32]))),
+        ];
+        let root =
+            [("title".to_string(), vec![(7, ActorId::from([1u8; 16]))]), ("x".to_string(), vec![])];
+        Kept {
+            max_op: 99,
+            appended_changes: 2,
+            json,
+            clock: clock.into_iter().collect(),
+            root: root.into_iter().collect(),
+        }
     }
 
     const PAYLOAD: &[u8] = &[0x85, 0x6f, 0x4a, 0x83, 1, 2, 3];
@@ -437,7 +473,8 @@ mod tests {
     #[test]
     fn reads_version_1_values() {
         let mut doc = automerge::AutoCommit::new();
-        automerge::transaction::Transactable::put(&mut doc, automerge::ROOT, "title", "old").unwrap();
+        automerge::transaction::Transactable::put(&mut doc, automerge::ROOT, "title", "old")
+            .unwrap();
         let doc = doc.document().clone();
         let stored = fixtures::legacy::format_version_1(&doc);
         let value = decode(&stored).unwrap();
@@ -471,17 +508,61 @@ mod tests {
             ("empty", vec![]),
             ("truncated header", good[..20].to_vec()),
             ("truncated heads", good[..60].to_vec()),
-            ("version 0", { let mut v = good.clone(); v[0] = 0; v }),
-            ("flags", { let mut v = good.clone(); v[1] = 2; v }),
-            ("JSON length without the flag", { let mut v = good.clone(); v[1] = 0; v }),
-            ("head count", { let mut v = good.clone(); v[24] = 200; v }),
-            ("huge head count", { let mut v = good.clone(); v[24..28].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
-            ("header length", { let mut v = good.clone(); v[4] = 29; v }),
-            ("JSON length", { let mut v = good.clone(); v[40..44].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
-            ("actor count", { let mut v = good.clone(); v[actors_at] = 9; v }),
-            ("actor id length", { let mut v = good.clone(); v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes()); v }),
-            ("root key count", { let mut v = good.clone(); v[actors_at + 4 + 45 + 60] = 9; v }),
-            ("root key not UTF-8", { let mut v = good.clone(); v[actors_at + 4 + 45 + 60 + 8] = 0xff; v }),
+            ("version 0", {
+                let mut v = good.clone();
+                v[0] = 0;
+                v
+            }),
+            ("flags", {
+                let mut v = good.clone();
+                v[1] = 2;
+                v
+            }),
+            ("JSON length without the flag", {
+                let mut v = good.clone();
+                v[1] = 0;
+                v
+            }),
+            ("head count", {
+                let mut v = good.clone();
+                v[24] = 200;
+                v
+            }),
+            ("huge head count", {
+                let mut v = good.clone();
+                v[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+                v
+            }),
+            ("header length", {
+                let mut v = good.clone();
+                v[4] = 29;
+                v
+            }),
+            ("JSON length", {
+                let mut v = good.clone();
+                v[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+                v
+            }),
+            ("actor count", {
+                let mut v = good.clone();
+                v[actors_at] = 9;
+                v
+            }),
+            ("actor id length", {
+                let mut v = good.clone();
+                v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+                v
+            }),
+            ("root key count", {
+                let mut v = good.clone();
+                v[actors_at + 4 + 45 + 60] = 9;
+                v
+            }),
+            ("root key not UTF-8", {
+                let mut v = good.clone();
+                v[actors_at + 4 + 45 + 60 + 8] = 0xff;
+                v
+            }),
             ("version 1 with flags", {
                 let mut v = fixtures::legacy::format_version_1(&automerge::Automerge::new());
                 v[1] = 1;
@@ -489,7 +570,12 @@ mod tests {
             }),
         ];
         cases.push(("no payload", good[..good.len() - PAYLOAD.len()].to_vec()));
-        cases.push(("payload magic", { let mut v = good.clone(); let at = v.len() - PAYLOAD.len(); v[at] = 0; v }));
+        cases.push(("payload magic", {
+            let mut v = good.clone();
+            let at = v.len() - PAYLOAD.len();
+            v[at] = 0;
+            v
+        }));
         for (what, bytes) in cases {
             assert!(
                 matches!(decode(&bytes), Err(Error::CorruptStoredValue(_))),

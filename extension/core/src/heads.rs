@@ -53,7 +53,9 @@ mod tests {
     fn unknown_heads_are_named() {
         let doc = Automerge::new();
         let hash = ChangeHash([7; 32]);
-        assert!(matches!(require_known(&doc, &[hash]), Err(Error::UnknownHeads(h)) if h == vec![hash]));
+        assert!(
+            matches!(require_known(&doc, &[hash]), Err(Error::UnknownHeads(h)) if h == vec![hash])
+        );
         assert!(require_known(&doc, &[]).is_ok());
     }
 }

@@ -92,7 +92,8 @@ mod tests {
         client.load_incremental(&catch_up(doc.document(), &[]).unwrap()).unwrap();
         assert_eq!(client.get_heads(), doc.get_heads());
 
-        let mut behind = AutoCommit::load(&doc.document().save()).unwrap().document().fork_at(&first).unwrap();
+        let mut behind =
+            AutoCommit::load(&doc.document().save()).unwrap().document().fork_at(&first).unwrap();
         behind.load_incremental(&catch_up(doc.document(), &first).unwrap()).unwrap();
         assert_eq!(behind.get_heads(), doc.get_heads());
     }

@@ -17,7 +17,9 @@
 //! Where concurrent writes conflict on a key, the JSON shows the value Automerge picks as
 //! the winner (the one its `get` returns), the same on every replica.
 
-use automerge::{hydrate, Automerge, ChangeHash, ObjId, ObjType, ReadDoc, ScalarValue, Value, ROOT};
+use automerge::{
+    hydrate, Automerge, ChangeHash, ObjId, ObjType, ReadDoc, ScalarValue, Value, ROOT,
+};
 use base64::Engine;
 use serde_json::{Map, Number, Value as Json};
 
@@ -129,13 +131,17 @@ pub fn value(value: &hydrate::Value) -> Json {
     match value {
         hydrate::Value::Scalar(scalar) => self::scalar(scalar),
         hydrate::Value::Map(map) => map_object(map),
-        hydrate::Value::List(list) => Json::Array(list.iter().map(|item| self::value(&item.value)).collect()),
+        hydrate::Value::List(list) => {
+            Json::Array(list.iter().map(|item| self::value(&item.value)).collect())
+        }
         hydrate::Value::Text(text) => Json::String(text.to_string()),
     }
 }
 
 pub fn map_object(map: &hydrate::Map) -> Json {
-    Json::Object(map.iter().map(|(key, entry)| (key.clone(), value(&entry.value))).collect::<Map<_, _>>())
+    Json::Object(
+        map.iter().map(|(key, entry)| (key.clone(), value(&entry.value))).collect::<Map<_, _>>(),
+    )
 }
 
 pub fn scalar(scalar: &ScalarValue) -> Json {

@@ -10,7 +10,11 @@ use serde_json::{json, Map, Value as Json};
 use crate::{json as to_json, Error};
 
 /// The spans of the text object at `path` (map keys, and list indexes as decimal strings).
-pub fn spans(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<Json, Error> {
+pub fn spans(
+    doc: &Automerge,
+    path: &[String],
+    heads: Option<&[ChangeHash]>,
+) -> Result<Json, Error> {
     let text = text_object(doc, path, heads)?;
     check_blocks(doc, &text, heads, path.len())?;
     let spans = match heads {
@@ -35,20 +39,29 @@ fn span_json(span: Span) -> Json {
             object.insert("type".into(), json!("text"));
             object.insert("value".into(), Json::String(text));
             if let Some(marks) = marks.filter(|m| m.iter().next().is_some()) {
-                let marks: Map<String, Json> =
-                    marks.iter().map(|(name, value)| (name.to_string(), to_json::scalar(value))).collect();
+                let marks: Map<String, Json> = marks
+                    .iter()
+                    .map(|(name, value)| (name.to_string(), to_json::scalar(value)))
+                    .collect();
                 object.insert("marks".into(), Json::Object(marks));
             }
             Json::Object(object)
         }
-        Span::Block(attributes) => json!({ "type": "block", "value": to_json::map_object(&attributes) }),
+        Span::Block(attributes) => {
+            json!({ "type": "block", "value": to_json::map_object(&attributes) })
+        }
     }
 }
 
 /// Automerge builds a block's attributes recursively, and so does turning them into JSON:
 /// attributes nested deeply enough overflow the backend's stack. So the blocks of the text
 /// (found `depth` levels below the root) are walked first, within the JSON view's bound.
-fn check_blocks(doc: &Automerge, text: &ObjId, heads: Option<&[ChangeHash]>, depth: usize) -> Result<(), Error> {
+fn check_blocks(
+    doc: &Automerge,
+    text: &ObjId,
+    heads: Option<&[ChangeHash]>,
+    depth: usize,
+) -> Result<(), Error> {
     let object = |item: automerge::iter::ListRangeItem<'_>| match item.value {
         automerge::ValueRef::Object(object_type) => Some((item.id(), object_type)),
         automerge::ValueRef::Scalar(_) => None,
@@ -64,7 +77,11 @@ fn check_blocks(doc: &Automerge, text: &ObjId, heads: Option<&[ChangeHash]>, dep
 }
 
 /// Follows `path` from the root to an object that must be text.
-fn text_object(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<ObjId, Error> {
+fn text_object(
+    doc: &Automerge,
+    path: &[String],
+    heads: Option<&[ChangeHash]>,
+) -> Result<ObjId, Error> {
     let mut object = ROOT;
     let mut object_type = ObjType::Map;
     for (depth, segment) in path.iter().enumerate() {
@@ -168,7 +185,10 @@ mod tests {
         let err = spans(doc.document(), &["content".into()], None).unwrap_err();
         assert!(matches!(err, Error::TooDeep { .. }), "{err}");
         let heads = doc.get_heads();
-        assert!(matches!(spans(doc.document(), &["content".into()], Some(&heads)), Err(Error::TooDeep { .. })));
+        assert!(matches!(
+            spans(doc.document(), &["content".into()], Some(&heads)),
+            Err(Error::TooDeep { .. })
+        ));
     }
 
     #[test]
@@ -181,7 +201,13 @@ mod tests {
         assert!(matches!(spans(d, &["meta".into()], None), Err(Error::NotText { .. })));
         assert!(matches!(spans(d, &[], None), Err(Error::NotText { .. })));
         assert!(matches!(spans(d, &["nope".into()], None), Err(Error::PathNotFound(_))));
-        assert!(matches!(spans(d, &["content".into(), "0".into()], None), Err(Error::NotText { .. })));
-        assert!(matches!(spans(d, &["content".into(), "x".into()], None), Err(Error::PathNotFound(_))));
+        assert!(matches!(
+            spans(d, &["content".into(), "0".into()], None),
+            Err(Error::NotText { .. })
+        ));
+        assert!(matches!(
+            spans(d, &["content".into(), "x".into()], None),
+            Err(Error::PathNotFound(_))
+        ));
     }
 }

@@ -14,11 +14,15 @@
 use std::collections::BTreeSet;
 
 use automerge::legacy::{Key, ObjectId, OpType};
-use automerge::{ActorId, Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc};
+use automerge::{
+    ActorId, Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
+};
 use serde_json::Value as Json;
 
 use crate::document::{contains, load_stored, to_stored, WriteSettings};
-use crate::estimate::{self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
+use crate::estimate::{
+    self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate,
+};
 use crate::format::{self, Kept, RootOps, StoredValue};
 use crate::guard::no_panic;
 use crate::{cache, json, memory, Error};
@@ -51,7 +55,9 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
         if l.summary.heads.iter().all(|head| other.get_change_by_hash(head).is_some()) {
             return Ok(right.to_vec());
         }
-        settings.load_limit.check(&combined(&[estimate_stored(&l.summary, l.payload.len()), incoming]))?;
+        settings
+            .load_limit
+            .check(&combined(&[estimate_stored(&l.summary, l.payload.len()), incoming]))?;
         other
     } else {
         // Merging decodes the right document's changes and applies them to the left one.
@@ -100,7 +106,9 @@ pub fn apply(stored: &[u8], changes: &[u8], settings: WriteSettings) -> Result<V
     if let Some(appended) = append(stored, &value, changes, settings, &incoming)? {
         return Ok(appended);
     }
-    settings.load_limit.check(&combined(&[estimate_stored(&value.summary, value.payload.len()), incoming]))?;
+    settings
+        .load_limit
+        .check(&combined(&[estimate_stored(&value.summary, value.payload.len()), incoming]))?;
     let before = value.summary.heads;
     let mut doc = load_stored(stored)?;
     apply_to(&mut doc, changes)?;
@@ -134,8 +142,12 @@ fn append(
             continue; // already in the document
         }
         let next_seq = latest.map_or(1, |(seq, _)| seq + 1);
-        let deps_known = change.deps().iter().all(|dep| heads.contains(dep) || kept.is_latest_change(dep));
-        if change.seq() != next_seq || !deps_known || !loads_after(change, latest, &new, &kept.clock, value) {
+        let deps_known =
+            change.deps().iter().all(|dep| heads.contains(dep) || kept.is_latest_change(dep));
+        if change.seq() != next_seq
+            || !deps_known
+            || !loads_after(change, latest, &new, &kept.clock, value)
+        {
             return Ok(None);
         }
         // Only operations checked against what the header knows are appended: a change
@@ -192,7 +204,11 @@ fn append(
 /// (its author saw them all), and its counters are above `max_op`, every operation of the
 /// document (so none is reused). The key then shows the new value alone, as on a load, and
 /// `root` is updated so; on `None` it may be half updated, and the caller drops it.
-fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<(String, Option<Json>)>> {
+fn root_puts(
+    change: &Change,
+    max_op: u64,
+    root: &mut RootOps,
+) -> Option<Vec<(String, Option<Json>)>> {
     let start = change.start_op().get();
     if start <= max_op {
         return None;
@@ -200,9 +216,12 @@ fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<(St
     let ops = no_panic(|| change.decode()).ok()?.operations;
     let mut puts = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
-        let (ObjectId::Root, Key::Map(key), false) = (&op.obj, &op.key, op.insert) else { return None };
+        let (ObjectId::Root, Key::Map(key), false) = (&op.obj, &op.key, op.insert) else {
+            return None;
+        };
         let key = key.to_string();
-        let mut pred: Vec<(u64, ActorId)> = op.pred.iter().map(|p| (p.counter(), p.actor().clone())).collect();
+        let mut pred: Vec<(u64, ActorId)> =
+            op.pred.iter().map(|p| (p.counter(), p.actor().clone())).collect();
         let mut current = root.get(&key).cloned().unwrap_or_default();
         pred.sort();
         current.sort();
@@ -215,7 +234,9 @@ fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<(St
             _ => return None,
         };
         match value {
-            Some(_) => root.insert(key.clone(), vec![(start + index as u64, change.actor_id().clone())]),
+            Some(_) => {
+                root.insert(key.clone(), vec![(start + index as u64, change.actor_id().clone())])
+            }
             None => root.remove(&key),
         };
         puts.push((key, value));
@@ -240,7 +261,11 @@ fn loads_after(
     if change.author().is_some() && change.seq() != 1 {
         return false;
     }
-    if !change.other_actor_ids().iter().all(|actor| clock.contains_key(actor) || actor == change.actor_id()) {
+    if !change
+        .other_actor_ids()
+        .iter()
+        .all(|actor| clock.contains_key(actor) || actor == change.actor_id())
+    {
         return false;
     }
     let Some((_, previous)) = latest else { return true };
@@ -333,7 +358,8 @@ mod tests {
 
     #[test]
     fn merging_equal_heads_returns_the_left_value() {
-        let stored = stored_from_client_bytes(&doc(1, "a").save(), WriteSettings::UNLIMITED).unwrap();
+        let stored =
+            stored_from_client_bytes(&doc(1, "a").save(), WriteSettings::UNLIMITED).unwrap();
         assert_eq!(merge(&stored, &stored, WriteSettings::UNLIMITED).unwrap(), stored);
     }
 
@@ -370,24 +396,37 @@ mod tests {
         local.commit();
         local.put(ROOT, "c", 1_i64).unwrap();
         let two_changes = local.save_after(&heads);
-        let applied = load_stored(&apply(&stored, &two_changes, WriteSettings::UNLIMITED).unwrap()).unwrap();
+        let applied =
+            load_stored(&apply(&stored, &two_changes, WriteSettings::UNLIMITED).unwrap()).unwrap();
         assert_eq!(applied.get_heads(), local.get_heads());
     }
 
     #[test]
     fn refuses_changes_with_missing_dependencies_and_garbage() {
         let mut local = doc(1, "a");
-        let stored = stored_from_client_bytes(&AutoCommit::new().save(), WriteSettings::UNLIMITED).unwrap();
+        let stored =
+            stored_from_client_bytes(&AutoCommit::new().save(), WriteSettings::UNLIMITED).unwrap();
         let heads = local.get_heads();
         local.put(ROOT, "more", 2_i64).unwrap();
         let orphan = local.save_after(&heads);
-        assert!(matches!(apply(&stored, &orphan, WriteSettings::UNLIMITED), Err(Error::MissingDependenciesOnApply(h)) if h == heads));
+        assert!(
+            matches!(apply(&stored, &orphan, WriteSettings::UNLIMITED), Err(Error::MissingDependenciesOnApply(h)) if h == heads)
+        );
         for garbage in [&b"junk"[..], &[0xde, 0xad], &[0x85, 0x6f, 0x4a, 0x83]] {
-            assert!(matches!(apply(&stored, garbage, WriteSettings::UNLIMITED), Err(Error::NotAutomerge(_))), "{garbage:?}");
+            assert!(
+                matches!(
+                    apply(&stored, garbage, WriteSettings::UNLIMITED),
+                    Err(Error::NotAutomerge(_))
+                ),
+                "{garbage:?}"
+            );
         }
         let mut truncated = local.save();
         truncated.pop();
-        assert!(matches!(apply(&stored, &truncated, WriteSettings::UNLIMITED), Err(Error::NotAutomerge(_))));
+        assert!(matches!(
+            apply(&stored, &truncated, WriteSettings::UNLIMITED),
+            Err(Error::NotAutomerge(_))
+        ));
     }
 
     /// A client document with a title and a text, and its stored form.
@@ -426,7 +465,10 @@ mod tests {
         assert_eq!(appended(&written), 1);
         assert_eq!(after.summary.heads, client.get_heads());
         assert_eq!(after.summary.change_count, before.summary.change_count + 1);
-        assert_eq!(kept_json(&written).unwrap(), serde_json::json!({"title": "Final", "views": 2, "text": "hello"}));
+        assert_eq!(
+            kept_json(&written).unwrap(),
+            serde_json::json!({"title": "Final", "views": 2, "text": "hello"})
+        );
         assert_eq!(kept_json(&written).unwrap(), loaded_json(&written));
     }
 
@@ -511,9 +553,10 @@ mod tests {
         let (mut client, older) = titled();
         client.put(ROOT, "title", "Newer").unwrap();
         let newer = stored_from_client_bytes(&client.save(), WriteSettings::UNLIMITED).unwrap();
-        let one_load = estimate_stored(&format::decode(&newer).unwrap().summary, newer.len()).peak_bytes();
-        let one_load_only = WriteSettings { load_limit: LoadLimit(Some(one_load)), ..WriteSettings::UNLIMITED };
+        let one_load =
+            estimate_stored(&format::decode(&newer).unwrap().summary, newer.len()).peak_bytes();
+        let one_load_only =
+            WriteSettings { load_limit: LoadLimit(Some(one_load)), ..WriteSettings::UNLIMITED };
         assert_eq!(merge(&older, &newer, one_load_only).unwrap(), newer);
     }
-
 }

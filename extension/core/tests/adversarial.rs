@@ -6,12 +6,17 @@
 
 use automerge::legacy::{Key, ObjectId, OpId, SortedVec};
 use automerge::transaction::Transactable;
-use automerge::{ActorId, AutoCommit, Change, ChangeHash, ExpandedChange, ObjType, ScalarValue, ROOT};
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes, to_stored, WriteSettings};
+use automerge::{
+    ActorId, AutoCommit, Change, ChangeHash, ExpandedChange, ObjType, ScalarValue, ROOT,
+};
+use pg_automerge_core::document::{
+    load_stored, stored_from_client_bytes, to_stored, WriteSettings,
+};
 use pg_automerge_core::{format, json, writes, Error};
 
 const FAST: WriteSettings = WriteSettings::UNLIMITED;
-const NAIVE: WriteSettings = WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
+const NAIVE: WriteSettings =
+    WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
 
 fn actor(n: u8) -> ActorId {
     ActorId::from([n; 16])
@@ -37,7 +42,12 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn kept_json(stored: &[u8]) -> Option<serde_json::Value> {
-    format::decode(stored).unwrap().kept.unwrap().json.map(|json| serde_json::from_str(json).unwrap())
+    format::decode(stored)
+        .unwrap()
+        .kept
+        .unwrap()
+        .json
+        .map(|json| serde_json::from_str(json).unwrap())
 }
 
 /// A client that put `a` and stored the document, then put `key`: the client, the stored
@@ -54,11 +64,16 @@ fn stored_then_put(key: &str, value: i64) -> (AutoCommit, Vec<u8>, Change) {
 /// Heads and JSON of a stored value, from a load; checks that the header's heads and any
 /// kept JSON agree with the loaded document.
 fn state(stored: &[u8]) -> (Vec<ChangeHash>, serde_json::Value) {
-    let doc = load_stored(stored).unwrap_or_else(|err| panic!("a written value does not load: {err}"));
+    let doc =
+        load_stored(stored).unwrap_or_else(|err| panic!("a written value does not load: {err}"));
     let loaded = json::document(&doc, None).unwrap();
     let value = format::decode(stored).unwrap();
     assert_eq!(value.summary.heads, doc.get_heads(), "header heads");
-    assert_eq!(value.summary.change_count, doc.get_changes_meta(&[]).len() as u64, "header change count");
+    assert_eq!(
+        value.summary.change_count,
+        doc.get_changes_meta(&[]).len() as u64,
+        "header change count"
+    );
     if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
         let kept: serde_json::Value = serde_json::from_str(kept).unwrap();
         assert_eq!(kept, loaded, "kept JSON");
@@ -162,7 +177,11 @@ fn a_change_with_no_dependencies_on_a_document_with_changes() {
     let change = last_change(&mut other);
     assert!(change.deps().is_empty());
     let written = agree(&stored, change.raw_bytes()).unwrap();
-    assert_eq!(appended(&written), 0, "its put on \"shared\" does not replace what the key shows: a load");
+    assert_eq!(
+        appended(&written),
+        0,
+        "its put on \"shared\" does not replace what the key shows: a load"
+    );
     assert_eq!(state(&written).0.len(), 2, "two heads");
     assert!(kept_json(&written).is_some());
     // A change that merges both heads, on exactly them, puts at the root again.
@@ -242,7 +261,9 @@ fn a_scalar_put_over_root_objects_text_and_counters_patches_the_json() {
     doc.put_object(ROOT, "list", ObjType::List).unwrap();
     doc.put(ROOT, "count", ScalarValue::counter(5)).unwrap();
     let mut stored = stored(&mut doc);
-    for (key, value) in [("map", ScalarValue::Int(1)), ("text", "plain".into()), ("list", ScalarValue::Null)] {
+    for (key, value) in
+        [("map", ScalarValue::Int(1)), ("text", "plain".into()), ("list", ScalarValue::Null)]
+    {
         doc.put(ROOT, key, value).unwrap();
         stored = agree(&stored, last_change(&mut doc).raw_bytes()).unwrap();
         assert!(kept_json(&stored).is_some(), "{key}");
@@ -321,7 +342,9 @@ fn many_actors_writing_in_turn() {
             client.put(ROOT, format!("c{}", n % 7), (round * 100 + n) as i64).unwrap();
             let change = last_change(client);
             let before = appended(&stored);
-            stored = agree_with(&stored, change.raw_bytes(), WriteSettings { append_limit: 50, ..FAST }).unwrap();
+            stored =
+                agree_with(&stored, change.raw_bytes(), WriteSettings { append_limit: 50, ..FAST })
+                    .unwrap();
             assert!(appended(&stored) == before + 1 || appended(&stored) == 0);
             server.apply_changes([change]).unwrap();
         }
@@ -333,7 +356,9 @@ fn many_actors_writing_in_turn() {
 #[test]
 fn garbage_after_good_changes_and_bad_checksums_are_refused() {
     let (_, stored, change) = stored_then_put("b", 2);
-    for tail in [&b"junk"[..], &[0x85, 0x6f, 0x4a, 0x83], &[0x85, 0x6f, 0x4a, 0x83, 0, 0, 0, 0, 1, 0]] {
+    for tail in
+        [&b"junk"[..], &[0x85, 0x6f, 0x4a, 0x83], &[0x85, 0x6f, 0x4a, 0x83, 0, 0, 0, 0, 1, 0]]
+    {
         let bytes = [change.raw_bytes(), tail].concat();
         assert!(agree(&stored, &bytes).is_err(), "{tail:?}");
     }
@@ -507,7 +532,8 @@ fn a_crafted_put_whose_predecessor_does_not_exist() {
     let (_, stored, change) = stored_then_put("a", 2);
     // Of an actor the document does not have; of one it has, with a counter it does not.
     for pred in [OpId::new(1, &actor(5)), OpId::new(5, &actor(1))] {
-        let crafted = craft(&change, |c| c.operations[0].pred = SortedVec::from(vec![pred.clone()]));
+        let crafted =
+            craft(&change, |c| c.operations[0].pred = SortedVec::from(vec![pred.clone()]));
         let _ = agree(&stored, crafted.raw_bytes());
     }
 }

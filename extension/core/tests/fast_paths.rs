@@ -16,14 +16,18 @@ use support::{edits, replay};
 
 /// Appends freely, but compacts now and then, so that both kinds of write follow each other.
 const FAST: WriteSettings = WriteSettings { append_limit: 5, ..WriteSettings::UNLIMITED };
-const NAIVE: WriteSettings = WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
+const NAIVE: WriteSettings =
+    WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
 
 /// Everything a read shows of a stored value, the slow way (from a load).
-fn loaded_state(stored: &[u8]) -> (Vec<ChangeHash>, serde_json::Value, serde_json::Value, Vec<String>) {
+fn loaded_state(
+    stored: &[u8],
+) -> (Vec<ChangeHash>, serde_json::Value, serde_json::Value, Vec<String>) {
     let doc = load_stored(stored).unwrap();
     let spans = spans::spans(&doc, &["text".into()], None).unwrap();
     // Changes come in a causal order, not one order: how the value was written may change it.
-    let mut history: Vec<String> = history::changes(&doc, None).unwrap().iter().map(|change| format!("{change:?}")).collect();
+    let mut history: Vec<String> =
+        history::changes(&doc, None).unwrap().iter().map(|change| format!("{change:?}")).collect();
     history.sort();
     (doc.get_heads(), json::document(&doc, None).unwrap(), spans, history)
 }

@@ -11,7 +11,10 @@ use crate::storage;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_from_bytea(bytes: &[u8]) -> StoredDoc<'static> {
-    StoredDoc::owned(document::stored_from_client_bytes(bytes, storage::write_settings()).or_raise("automerge_from_bytea"))
+    StoredDoc::owned(
+        document::stored_from_client_bytes(bytes, storage::write_settings())
+            .or_raise("automerge_from_bytea"),
+    )
 }
 
 extension_sql!(

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use pg_automerge_core::format::{self, Summary};
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::nullable::Nullable;
@@ -11,7 +12,6 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
 use pgrx::prelude::*;
-use pg_automerge_core::format::{self, Summary};
 use pgrx::{pg_sys, FromDatum, IntoDatum};
 
 use crate::errors::OrRaise;
@@ -99,7 +99,8 @@ impl FromDatum for LazyDoc<'_> {
         is_null: bool,
         _typoid: pg_sys::Oid,
     ) -> Option<Self> {
-        (!is_null && !datum.is_null()).then_some(LazyDoc { datum, _borrow: std::marker::PhantomData })
+        (!is_null && !datum.is_null())
+            .then_some(LazyDoc { datum, _borrow: std::marker::PhantomData })
     }
 }
 

@@ -11,7 +11,9 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::InvalidBinary => PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
         ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         ErrorKind::WrongObjectType => PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-        ErrorKind::ConfigurationLimitExceeded => PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        ErrorKind::ConfigurationLimitExceeded => {
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED
+        }
         ErrorKind::TooComplex => PgSqlErrorCode::ERRCODE_STATEMENT_TOO_COMPLEX,
         ErrorKind::DataCorrupted => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
         ErrorKind::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

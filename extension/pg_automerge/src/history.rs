@@ -95,9 +95,11 @@ mod tests {
     #[pg_test]
     fn heads_and_change_count_come_from_the_header() {
         let doc = sample("project");
-        let heads = Spi::get_one::<Vec<String>>(&format!("SELECT automerge_heads({})", project_sql()));
+        let heads =
+            Spi::get_one::<Vec<String>>(&format!("SELECT automerge_heads({})", project_sql()));
         assert_eq!(heads.unwrap().unwrap(), pg_automerge_core::heads::to_hex(&doc.get_heads()));
-        let count = Spi::get_one::<i64>(&format!("SELECT automerge_change_count({})", project_sql()));
+        let count =
+            Spi::get_one::<i64>(&format!("SELECT automerge_change_count({})", project_sql()));
         assert_eq!(count.unwrap(), Some(3));
         let empty = Spi::get_one::<Vec<String>>("SELECT automerge_heads('\\x'::automerge)");
         assert_eq!(empty.unwrap(), Some(vec![]));

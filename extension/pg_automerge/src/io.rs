@@ -20,7 +20,10 @@ fn automerge_in(input: &CStr) -> StoredDoc<'static> {
         .map_err(|_| Error::InvalidText("not valid UTF-8".into()))
         .or_raise("automerge_in");
     let bytes = text_form::parse(text).or_raise("automerge_in");
-    StoredDoc::owned(document::stored_from_client_bytes(&bytes, storage::write_settings()).or_raise("automerge_in"))
+    StoredDoc::owned(
+        document::stored_from_client_bytes(&bytes, storage::write_settings())
+            .or_raise("automerge_in"),
+    )
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
@@ -37,9 +40,13 @@ fn automerge_recv(mut buf: Internal) -> StoredDoc<'static> {
     let start = buf.cursor as usize;
     let end = buf.len as usize;
     // SAFETY: `data` holds `len` bytes, and `cursor` is within them.
-    let bytes = unsafe { std::slice::from_raw_parts(buf.data.add(start).cast::<u8>(), end - start) };
+    let bytes =
+        unsafe { std::slice::from_raw_parts(buf.data.add(start).cast::<u8>(), end - start) };
     buf.cursor = buf.len;
-    StoredDoc::owned(document::stored_from_client_bytes(bytes, storage::write_settings()).or_raise("automerge_recv"))
+    StoredDoc::owned(
+        document::stored_from_client_bytes(bytes, storage::write_settings())
+            .or_raise("automerge_recv"),
+    )
 }
 
 /// The binary output, and also the `automerge → bytea` cast: the Automerge bytes.
@@ -63,7 +70,8 @@ CREATE TYPE automerge (
 COMMENT ON TYPE automerge IS 'An Automerge CRDT document';
 "#,
     name = "automerge_type",
-    requires = ["automerge_shell_type", automerge_in, automerge_out, automerge_recv, automerge_send],
+    requires =
+        ["automerge_shell_type", automerge_in, automerge_out, automerge_recv, automerge_send],
 );
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -115,7 +123,8 @@ mod tests {
         let doc = sample("todo-list");
         let changes: Vec<u8> =
             doc.get_changes(&[]).iter().flat_map(|c| c.raw_bytes().to_vec()).collect();
-        let out = Spi::get_one::<String>(&format!("SELECT '{}'::automerge::text", hex_of(&changes)));
+        let out =
+            Spi::get_one::<String>(&format!("SELECT '{}'::automerge::text", hex_of(&changes)));
         assert_eq!(out.unwrap(), Some(hex_of(&doc.save())));
     }
 

@@ -27,7 +27,11 @@ fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbText<'_> {
             return JsonbText(Cow::Borrowed(json));
         }
     }
-    JsonbText(document::json_text(doc.stored().stored()).map(|json| Cow::Owned(json.into_owned())).or_raise(FUNCTION))
+    JsonbText(
+        document::json_text(doc.stored().stored())
+            .map(|json| Cow::Owned(json.into_owned()))
+            .or_raise(FUNCTION),
+    )
 }
 
 /// JSON text returned as `jsonb`: Postgres parses it (`jsonb_in`) from a copy in palloc'd
@@ -39,7 +43,8 @@ unsafe impl SqlTranslatable for JsonbText<'_> {
     const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
         pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("jsonb"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
 }
 
 impl IntoDatum for JsonbText<'_> {
@@ -50,7 +55,10 @@ impl IntoDatum for JsonbText<'_> {
             let cstring = pg_sys::palloc(text.len() + 1).cast::<u8>();
             std::ptr::copy_nonoverlapping(text.as_ptr(), cstring, text.len());
             *cstring.add(text.len()) = 0;
-            pgrx::direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(pg_sys::Datum::from(cstring))])
+            pgrx::direct_function_call_as_datum(
+                pg_sys::jsonb_in,
+                &[Some(pg_sys::Datum::from(cstring))],
+            )
         }
     }
 
@@ -94,9 +102,10 @@ mod tests {
     #[pg_test]
     fn the_cast_gives_the_document() {
         with_samples();
-        let project = Spi::get_one::<JsonB>("SELECT doc::jsonb FROM samples WHERE name = 'project'")
-            .unwrap()
-            .unwrap();
+        let project =
+            Spi::get_one::<JsonB>("SELECT doc::jsonb FROM samples WHERE name = 'project'")
+                .unwrap()
+                .unwrap();
         assert_eq!(
             project.0,
             json!({
@@ -109,7 +118,8 @@ mod tests {
     #[pg_test]
     fn jsonb_operators_work_through_the_implicit_cast() {
         with_samples();
-        let title = Spi::get_one::<String>("SELECT doc->>'title' FROM samples WHERE name = 'todo-list'");
+        let title =
+            Spi::get_one::<String>("SELECT doc->>'title' FROM samples WHERE name = 'todo-list'");
         assert_eq!(title.unwrap().as_deref(), Some("Groceries"));
         let matching = Spi::get_one::<i64>(
             "SELECT count(*) FROM samples WHERE doc @> '{\"status\": \"review\"}'",

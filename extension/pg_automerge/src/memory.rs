@@ -17,7 +17,10 @@ use pg_automerge_core::document::LoadLimit;
 use pg_automerge_core::memory::{self, CountingAllocator};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgLogLevel, PgLwLock, PgSqlErrorCode};
+use pgrx::{
+    pg_sys, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgLogLevel, PgLwLock,
+    PgSqlErrorCode,
+};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -93,7 +96,13 @@ pub fn load_limit() -> LoadLimit {
 #[pg_guard]
 unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
     use pg_sys::XactEvent::*;
-    if !matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PARALLEL_ABORT) {
+    if !matches!(
+        event,
+        XACT_EVENT_COMMIT
+            | XACT_EVENT_ABORT
+            | XACT_EVENT_PARALLEL_COMMIT
+            | XACT_EVENT_PARALLEL_ABORT
+    ) {
         return;
     }
     pg_automerge_core::cache::clear();
@@ -123,7 +132,8 @@ fn publish() {
         }
     }
     let mut slots = BACKENDS.exclusive();
-    let slot = slots.iter().position(|s| s.pid == pid).or_else(|| slots.iter().position(|s| s.pid == 0));
+    let slot =
+        slots.iter().position(|s| s.pid == pid).or_else(|| slots.iter().position(|s| s.pid == 0));
     if let Some(index) = slot {
         slots[index] = BackendSlot {
             pid,
@@ -231,14 +241,16 @@ mod tests {
         let (allocated, peak, loads) = usage();
         assert_eq!(loads, 0);
         assert!(peak >= allocated);
-        Spi::run_with_args("SELECT $1::automerge::jsonb", &[sample("project").save().into()]).unwrap();
+        Spi::run_with_args("SELECT $1::automerge::jsonb", &[sample("project").save().into()])
+            .unwrap();
         let (_, peak_after, loads_after) = usage();
         // Input validation loads once; the jsonb cast reads the JSON the value keeps.
         assert_eq!(loads_after, 1);
         assert!(peak_after > peak, "a load raises the peak");
         // A value that keeps no JSON is loaded to be read.
         Spi::run("SET LOCAL pg_automerge.keep_jsonb = off").unwrap();
-        Spi::run_with_args("SELECT $1::automerge::jsonb", &[sample("project").save().into()]).unwrap();
+        Spi::run_with_args("SELECT $1::automerge::jsonb", &[sample("project").save().into()])
+            .unwrap();
         assert_eq!(usage().2, 3);
         Spi::run("SELECT automerge_memory_reset()").unwrap();
         assert_eq!(usage().2, 0);

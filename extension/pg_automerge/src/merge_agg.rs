@@ -86,8 +86,12 @@ fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal 
 
 #[pg_extern(immutable, parallel_safe)]
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
-    state_doc(&mut state)
-        .map(|doc| StoredDoc::owned(document::to_stored(doc, storage::write_settings().keep_json).or_raise("automerge_merge_agg")))
+    state_doc(&mut state).map(|doc| {
+        StoredDoc::owned(
+            document::to_stored(doc, storage::write_settings().keep_json)
+                .or_raise("automerge_merge_agg"),
+        )
+    })
 }
 
 extension_sql!(
@@ -136,13 +140,19 @@ mod tests {
             Spi::run_with_args("INSERT INTO forks VALUES ($1)", &[fork.save().into()]).unwrap();
         }
         Spi::run("INSERT INTO forks VALUES (NULL)").unwrap();
-        let heads = Spi::get_one::<Vec<String>>("SELECT automerge_heads(merge_agg(doc)) FROM forks");
-        assert_eq!(heads.unwrap().unwrap(), pg_automerge_core::heads::to_hex(&expected.get_heads()));
+        let heads =
+            Spi::get_one::<Vec<String>>("SELECT automerge_heads(merge_agg(doc)) FROM forks");
+        assert_eq!(
+            heads.unwrap().unwrap(),
+            pg_automerge_core::heads::to_hex(&expected.get_heads())
+        );
     }
 
     #[pg_test]
     fn no_rows_or_only_nulls_give_null() {
-        let none = Spi::get_one::<bool>("SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc WHERE false) d");
+        let none = Spi::get_one::<bool>(
+            "SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc WHERE false) d",
+        );
         assert_eq!(none.unwrap(), Some(true));
         let nulls = Spi::get_one::<bool>(
             "SELECT merge_agg(doc) IS NULL FROM (SELECT NULL::automerge AS doc FROM generate_series(1, 3)) d",

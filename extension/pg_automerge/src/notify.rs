@@ -137,7 +137,11 @@ fn column_datum(
         .map(|datum| (datum, attribute.type_oid().value()))
 }
 
-fn document_heads(tuple: pg_sys::HeapTuple, tupdesc: &PgTupleDesc<'_>, column: &str) -> Option<Vec<String>> {
+fn document_heads(
+    tuple: pg_sys::HeapTuple,
+    tupdesc: &PgTupleDesc<'_>,
+    column: &str,
+) -> Option<Vec<String>> {
     if tuple.is_null() {
         return None;
     }
@@ -176,7 +180,9 @@ fn column_json(tuple: pg_sys::HeapTuple, tupdesc: &PgTupleDesc<'_>, column: &str
     // SAFETY: the datum is of type `type_oid`, whose output function turns it into a C string.
     let text = unsafe {
         pg_sys::getTypeOutputInfo(type_oid, &mut output_function, &mut is_varlena);
-        CStr::from_ptr(pg_sys::OidOutputFunctionCall(output_function, datum)).to_string_lossy().into_owned()
+        CStr::from_ptr(pg_sys::OidOutputFunctionCall(output_function, datum))
+            .to_string_lossy()
+            .into_owned()
     };
     let number_types = [pg_sys::INT2OID, pg_sys::INT4OID, pg_sys::INT8OID, pg_sys::OIDOID];
     if number_types.contains(&type_oid) {
@@ -205,7 +211,13 @@ mod tests {
 
     #[pg_test]
     fn payloads_name_table_operation_key_and_heads() {
-        let text = super::payload("public.docs", "UPDATE", key(json!(1)), Some(vec!["aa".into()]), Some(vec!["bb".into()]));
+        let text = super::payload(
+            "public.docs",
+            "UPDATE",
+            key(json!(1)),
+            Some(vec!["aa".into()]),
+            Some(vec!["bb".into()]),
+        );
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
             json!({"table": "public.docs", "operation": "UPDATE", "key": {"id": 1},
@@ -221,14 +233,21 @@ mod tests {
     #[pg_test]
     fn large_payloads_are_truncated_to_valid_json() {
         let many_heads: Vec<String> = (0..200).map(|i| format!("{i:064x}")).collect();
-        let text = super::payload("public.docs", "UPDATE", key(json!(1)), Some(many_heads.clone()), None);
+        let text =
+            super::payload("public.docs", "UPDATE", key(json!(1)), Some(many_heads.clone()), None);
         assert!(text.len() < 8000);
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
             json!({"table": "public.docs", "operation": "UPDATE", "key": {"id": 1},
                    "heads_digest": super::heads_digest(&many_heads), "truncated": true})
         );
-        let text = super::payload("public.docs", "INSERT", key(json!("k".repeat(9000))), Some(vec![]), None);
+        let text = super::payload(
+            "public.docs",
+            "INSERT",
+            key(json!("k".repeat(9000))),
+            Some(vec![]),
+            None,
+        );
         assert_eq!(
             serde_json::from_str::<Value>(&text).unwrap(),
             json!({"table": "public.docs", "operation": "INSERT",

@@ -103,7 +103,9 @@ fn automerge_storage(
 /// changes, or without JSON.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
-    StoredDoc::owned(document::compact(doc.stored(), write_settings()).or_raise("automerge_compact"))
+    StoredDoc::owned(
+        document::compact(doc.stored(), write_settings()).or_raise("automerge_compact"),
+    )
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -129,7 +131,8 @@ mod tests {
     /// Writes the client's changes since `heads` as an incremental write.
     fn write_since(client: &mut AutoCommit, heads: &[automerge::ChangeHash]) {
         let change = client.save_after(heads);
-        Spi::run_with_args("UPDATE docs SET doc = doc || $1 WHERE id = 1", &[change.into()]).unwrap();
+        Spi::run_with_args("UPDATE docs SET doc = doc || $1 WHERE id = 1", &[change.into()])
+            .unwrap();
     }
 
     /// (format_version, has kept JSON, appended_changes) of row 1.
@@ -176,7 +179,8 @@ mod tests {
     fn an_upsert_of_a_full_save_loads_once() {
         let mut client = stored_project();
         let upsert = "INSERT INTO docs VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET doc = docs.doc || EXCLUDED.doc";
-        let loads = || Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()").unwrap().unwrap();
+        let loads =
+            || Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()").unwrap().unwrap();
         // The second save's stored head is the client's own earlier change: the merge checks
         // the save it holds from the input's load instead of loading it again.
         for status in ["done", "archived"] {
@@ -220,18 +224,29 @@ mod tests {
         Spi::run("CREATE TABLE texts (keep bool, doc automerge)").unwrap();
         for keep in ["on", "off"] {
             Spi::run(&format!("SET LOCAL pg_automerge.keep_jsonb = {keep}")).unwrap();
-            Spi::run_with_args(&format!("INSERT INTO texts VALUES ('{keep}', $1)"), &[text.clone().into()]).unwrap();
+            Spi::run_with_args(
+                &format!("INSERT INTO texts VALUES ('{keep}', $1)"),
+                &[text.clone().into()],
+            )
+            .unwrap();
         }
         let peak = |keep: bool| {
             Spi::run("SELECT automerge_memory_reset()").unwrap();
-            let title = Spi::get_one::<String>(&format!("SELECT doc->>'title' FROM texts WHERE keep = {keep}"));
+            let title = Spi::get_one::<String>(&format!(
+                "SELECT doc->>'title' FROM texts WHERE keep = {keep}"
+            ));
             assert!(title.unwrap().is_some());
-            Spi::get_one::<i64>("SELECT peak_allocated_bytes - allocated_bytes FROM automerge_memory_usage()")
-                .unwrap()
-                .unwrap()
+            Spi::get_one::<i64>(
+                "SELECT peak_allocated_bytes - allocated_bytes FROM automerge_memory_usage()",
+            )
+            .unwrap()
+            .unwrap()
         };
         let (kept, loaded) = (peak(true), peak(false));
-        assert!(kept < 4096 && loaded > 100_000, "kept JSON read: {kept} bytes; loaded: {loaded} bytes");
+        assert!(
+            kept < 4096 && loaded > 100_000,
+            "kept JSON read: {kept} bytes; loaded: {loaded} bytes"
+        );
     }
 
     #[pg_test]
@@ -245,7 +260,8 @@ mod tests {
         Spi::run_with_args("UPDATE docs SET doc = $1 WHERE id = 1", &[value]).unwrap();
         assert_eq!(storage(), (1, false, 0));
         assert_eq!(json_of_row(), expected_json(&mut client));
-        let heads = Spi::get_one::<Vec<String>>("SELECT automerge_heads(doc) FROM docs").unwrap().unwrap();
+        let heads =
+            Spi::get_one::<Vec<String>>("SELECT automerge_heads(doc) FROM docs").unwrap().unwrap();
         assert_eq!(heads, pg_automerge_core::heads::to_hex(&client.get_heads()));
         let before = client.get_heads();
         client.put(ROOT, "status", "done").unwrap();

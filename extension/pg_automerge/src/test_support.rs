@@ -1,7 +1,7 @@
 //! Helpers for the #[pg_test]s of every module.
 
-use pgrx::prelude::*;
 use pgrx::pg_sys::panic::CaughtError;
+use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode, PgTryBuilder};
 
 /// A named sample document from the fixtures crate.

@@ -17,12 +17,17 @@ use crate::storage;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> StoredDoc<'static> {
-    StoredDoc::owned(writes::merge(left.stored(), right.stored(), storage::write_settings()).or_raise("automerge_merge"))
+    StoredDoc::owned(
+        writes::merge(left.stored(), right.stored(), storage::write_settings())
+            .or_raise("automerge_merge"),
+    )
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_apply(doc: StoredDoc<'_>, changes: &[u8]) -> StoredDoc<'static> {
-    StoredDoc::owned(writes::apply(doc.stored(), changes, storage::write_settings()).or_raise("automerge_apply"))
+    StoredDoc::owned(
+        writes::apply(doc.stored(), changes, storage::write_settings()).or_raise("automerge_apply"),
+    )
 }
 
 extension_sql!(
@@ -72,7 +77,8 @@ mod tests {
     fn an_incremental_write_applies_a_change() {
         setup_table();
         let (mut client, change) = edited_project("note", 7);
-        Spi::run_with_args("UPDATE docs SET doc = doc || $1 WHERE id = 1", &[change.into()]).unwrap();
+        Spi::run_with_args("UPDATE docs SET doc = doc || $1 WHERE id = 1", &[change.into()])
+            .unwrap();
         assert_eq!(stored_heads(), pg_automerge_core::heads::to_hex(&client.get_heads()));
         let note = Spi::get_one::<String>("SELECT doc->>'note' FROM docs WHERE id = 1").unwrap();
         assert_eq!(note.as_deref(), Some("set by a client"));
@@ -84,7 +90,8 @@ mod tests {
         let (mut first, _) = edited_project("a", 7);
         let (mut second, _) = edited_project("b", 8);
         let both: Vec<u8> = [first.save(), second.save()].concat();
-        Spi::run_with_args("UPDATE docs SET doc = automerge_apply(doc, $1)", &[both.into()]).unwrap();
+        Spi::run_with_args("UPDATE docs SET doc = automerge_apply(doc, $1)", &[both.into()])
+            .unwrap();
         let mut expected = first.fork();
         expected.merge(&mut second).unwrap();
         assert_eq!(stored_heads(), pg_automerge_core::heads::to_hex(&expected.get_heads()));
@@ -98,8 +105,11 @@ mod tests {
                       ON CONFLICT (id) DO UPDATE SET doc = docs.doc || EXCLUDED.doc";
         Spi::run_with_args(upsert, &[client.save().into()]).unwrap();
         assert_eq!(stored_heads(), pg_automerge_core::heads::to_hex(&client.get_heads()));
-        Spi::run_with_args(upsert.replace("VALUES (1", "VALUES (2").as_str(), &[client.save().into()])
-            .unwrap();
+        Spi::run_with_args(
+            upsert.replace("VALUES (1", "VALUES (2").as_str(),
+            &[client.save().into()],
+        )
+        .unwrap();
         let rows = Spi::get_one::<i64>("SELECT count(*) FROM docs").unwrap();
         assert_eq!(rows, Some(2));
     }
@@ -128,10 +138,7 @@ mod tests {
         let heads = client.get_heads();
         client.put(ROOT, "y", 2_i64).unwrap();
         let orphan = client.save_after(&heads);
-        let sql = format!(
-            "UPDATE docs SET doc = doc || '{}'::bytea WHERE id = 1",
-            hex_of(&orphan)
-        );
+        let sql = format!("UPDATE docs SET doc = doc || '{}'::bytea WHERE id = 1", hex_of(&orphan));
         assert_eq!(sqlstate_of(&sql), "22P03");
         assert_eq!(stored_heads(), before);
         assert_eq!(sqlstate_of("UPDATE docs SET doc = doc || '\\xdead'::bytea"), "22P03");

@@ -18,8 +18,16 @@ pub enum Edit {
 
 pub fn edit() -> impl Strategy<Value = Edit> {
     prop_oneof![
-        (0..3usize, 0..4u8, any::<i64>()).prop_map(|(replica, key, value)| Edit::Put { replica, key, value }),
-        (0..3usize, 0..8usize, "[a-z]{0,4}").prop_map(|(replica, index, value)| Edit::Insert { replica, index, value }),
+        (0..3usize, 0..4u8, any::<i64>()).prop_map(|(replica, key, value)| Edit::Put {
+            replica,
+            key,
+            value
+        }),
+        (0..3usize, 0..8usize, "[a-z]{0,4}").prop_map(|(replica, index, value)| Edit::Insert {
+            replica,
+            index,
+            value
+        }),
         (0..3usize, 0..16usize, 0..4usize, "[a-zé ]{0,6}")
             .prop_map(|(replica, at, delete, text)| Edit::Splice { replica, at, delete, text }),
         (0..3usize, 0..3usize).prop_map(|(from, to)| Edit::Sync { from, to }),
@@ -76,4 +84,3 @@ pub fn replay(edits: &[Edit], mut on_change: impl FnMut(&[u8])) -> ([AutoCommit;
 pub fn edits() -> impl Strategy<Value = Vec<Edit>> {
     proptest::collection::vec(edit(), 0..24)
 }
-
