@@ -2,48 +2,45 @@
 
 use std::borrow::Cow;
 
-use automerge::{Automerge, ChangeHash, LoadOptions, ObjId, OnPartialLoad, ReadDoc, ROOT};
+use automerge::{Automerge, ChangeHash, ObjId, ReadDoc, ROOT};
 
 use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, ActorClock, Kept, RootOps, StoredValue, Summary};
 use crate::guard::no_panic;
-use crate::json;
-use crate::Error;
-use crate::{cache, memory};
+use crate::{cache, json, memory, writes, Error};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
 /// concatenation of them. Empty input is the empty document. The input must be
 /// self-contained: a change whose dependencies are absent is refused rather than queued,
-/// because saving a document drops queued changes.
+/// because saving a document drops queued changes. A leading save is checked by
+/// Automerge's loader; the changes after it are applied and checked by
+/// [`integrity`](crate::integrity), so that what is stored loads again.
 pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
-    if bytes.is_empty() {
-        return Ok(Automerge::new());
-    }
-    let doc = memory::timed_load(|| no_panic(|| Automerge::load(bytes)))
-        .map_err(Error::NotAutomerge)?
-        .map_err(|err| match err {
-            automerge::AutomergeError::MissingDeps => {
-                Error::MissingDependencies(missing_dependencies(bytes))
-            }
-            other => Error::NotAutomerge(other.to_string()),
-        })?;
-    let missing = doc.get_missing_deps(&[]);
-    if !missing.is_empty() {
-        return Err(Error::MissingDependencies(missing));
-    }
+    let (save, changes) = split_save(bytes);
+    let mut doc = if save.is_empty() {
+        Automerge::new()
+    } else {
+        memory::timed_load(|| no_panic(|| Automerge::load(save)))
+            .map_err(Error::NotAutomerge)?
+            .map_err(|err| Error::NotAutomerge(err.to_string()))?
+    };
+    writes::apply_to(&mut doc, changes).map_err(|err| match err {
+        Error::MissingDependenciesOnApply(missing) => Error::MissingDependencies(missing),
+        other => other,
+    })?;
     Ok(doc)
 }
 
-/// The hashes that changes in `bytes` depend on but `bytes` lacks. Only called to explain
-/// a refusal: a load that keeps such changes queued lets us list them.
-fn missing_dependencies(bytes: &[u8]) -> Vec<ChangeHash> {
-    let keep_queued = LoadOptions::new().on_partial_load(OnPartialLoad::Ignore);
-    no_panic(|| {
-        Automerge::load_with_options(bytes, keep_queued).map(|doc| doc.get_missing_deps(&[]))
-    })
-    .ok()
-    .and_then(Result::ok)
-    .unwrap_or_default()
+/// `bytes` split after a leading document chunk (a save), when they start with one: the
+/// save and what follows it.
+fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
+    match estimate::chunks(bytes).next() {
+        Some(Ok((estimate::DOCUMENT, chunk))) => {
+            let end = chunk.as_ptr() as usize + chunk.len() - bytes.as_ptr() as usize;
+            bytes.split_at(end)
+        }
+        _ => (&[], bytes),
+    }
 }
 
 /// What the stored header records about a loaded document, and what format 2 keeps for
@@ -219,8 +216,7 @@ pub fn has_changes(stored: &[u8], hashes: &[ChangeHash]) -> Result<bool, Error> 
     if contains(&format::decode(stored)?, hashes) {
         return Ok(true);
     }
-    let doc = load_stored(stored)?;
-    Ok(hashes.iter().all(|hash| doc.get_change_by_hash(hash).is_some()))
+    Ok(has_all(&load_stored(stored)?, hashes))
 }
 
 /// The Automerge bytes of a stored value, as clients load them: no load needed.
@@ -228,12 +224,28 @@ pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
     format::decode(stored).map(|value: StoredValue<'_>| value.payload)
 }
 
-/// Loads the document of a stored value.
+/// Loads the document of a stored value. Changes appended after its save are checked as
+/// a write checks them: values that 0.3.0 stored with a change that its save would not
+/// load again are refused here, instead of being saved into something no load accepts
+/// (`automerge_recover` repairs them).
 pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
-    let value = format::decode(stored)?;
-    memory::timed_load(|| no_panic(|| Automerge::load(value.payload)))
+    let (save, appended) = split_save(format::decode(stored)?.payload);
+    let corrupt = |err: Error| Error::CorruptStoredValue(err.to_string());
+    let mut doc = memory::timed_load(|| no_panic(|| Automerge::load(save)))
         .map_err(Error::CorruptStoredValue)?
-        .map_err(|err| Error::CorruptStoredValue(err.to_string()))
+        .map_err(|err| Error::CorruptStoredValue(err.to_string()))?;
+    writes::apply_to(&mut doc, appended).map_err(|err| match err {
+        Error::BreaksLoadRule(broken) => {
+            Error::CorruptStoredValue(format!("an appended change breaks a loader rule: {broken}"))
+        }
+        other => corrupt(other),
+    })?;
+    Ok(doc)
+}
+
+/// Whether `doc` has every change in `hashes`.
+pub fn has_all(doc: &Automerge, hashes: &[ChangeHash]) -> bool {
+    no_panic(|| hashes.iter().all(|hash| doc.get_change_by_hash(hash).is_some())).unwrap_or(false)
 }
 
 #[cfg(test)]

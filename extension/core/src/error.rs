@@ -15,6 +15,9 @@ pub enum Error {
     #[error("the changes depend on {} change(s) that neither they nor the document contain", .0.len())]
     MissingDependenciesOnApply(Vec<ChangeHash>),
 
+    #[error("the changes would store a document that Automerge cannot load again")]
+    BreaksLoadRule(crate::integrity::Broken),
+
     #[error("the documents cannot be merged: {0}")]
     CannotMerge(String),
 
@@ -89,7 +92,8 @@ impl Error {
             Error::NotAutomerge(_)
             | Error::CannotMerge(_)
             | Error::MissingDependencies(_)
-            | Error::MissingDependenciesOnApply(_) => ErrorKind::InvalidBinary,
+            | Error::MissingDependenciesOnApply(_)
+            | Error::BreaksLoadRule(_) => ErrorKind::InvalidBinary,
             Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
                 ErrorKind::InvalidParameter
             }
@@ -110,6 +114,7 @@ impl Error {
                 Some(format!("Missing change hashes: {}.", list_hashes(hashes)))
             }
             Error::UnknownHeads(hashes) => Some(format!("Unknown: {}.", list_hashes(hashes))),
+            Error::BreaksLoadRule(broken) => Some(format!("Automerge's loader refuses {broken}.")),
             _ => None,
         }
     }
@@ -123,6 +128,10 @@ impl Error {
             Error::CannotMerge(_) => {
                 Some("Each client must use an actor id of its own; two histories that reuse one cannot be merged.")
             }
+            Error::BreaksLoadRule(_) => Some(
+                "The document is unchanged. No Automerge library makes such a change: the \
+                 client sent crafted or damaged bytes.",
+            ),
             Error::MissingDependenciesOnApply(_) => {
                 Some("Send the missing changes with these, or a full save; the document is unchanged.")
             }

@@ -1,6 +1,6 @@
 //! Heads as SQL sees them: arrays of 64 hex digits, one per change hash.
 
-use automerge::{Automerge, ChangeHash, ReadDoc};
+use automerge::{Automerge, ChangeHash};
 
 use crate::Error;
 
@@ -25,8 +25,11 @@ pub fn parse(texts: &[String]) -> Result<Vec<ChangeHash>, Error> {
 
 /// Fails unless every hash is a change of `doc`.
 pub fn require_known(doc: &Automerge, heads: &[ChangeHash]) -> Result<(), Error> {
-    let unknown: Vec<ChangeHash> =
-        heads.iter().filter(|h| doc.get_change_by_hash(h).is_none()).copied().collect();
+    let unknown: Vec<ChangeHash> = heads
+        .iter()
+        .filter(|head| !crate::document::has_all(doc, std::slice::from_ref(head)))
+        .copied()
+        .collect();
     if unknown.is_empty() {
         Ok(())
     } else {

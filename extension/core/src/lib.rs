@@ -10,6 +10,7 @@ pub mod format;
 mod guard;
 pub mod heads;
 pub mod history;
+pub mod integrity;
 pub mod interrupts;
 pub mod json;
 pub mod memory;

@@ -19,13 +19,13 @@ use automerge::{
 };
 use serde_json::Value as Json;
 
-use crate::document::{contains, load_stored, to_stored, WriteSettings};
+use crate::document::{contains, has_all, load_stored, to_stored, WriteSettings};
 use crate::estimate::{
     self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate,
 };
 use crate::format::{self, Kept, RootOps, StoredValue};
 use crate::guard::no_panic;
-use crate::{cache, json, memory, Error};
+use crate::{cache, integrity, json, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
@@ -52,7 +52,7 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
                 load_stored(right)?
             }
         };
-        if l.summary.heads.iter().all(|head| other.get_change_by_hash(head).is_some()) {
+        if has_all(&other, &l.summary.heads) {
             return Ok(right.to_vec());
         }
         settings
@@ -69,6 +69,9 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
         load_stored(right)?
     };
     let mut doc = load_stored(left)?;
+    if has_all(&doc, &r.summary.heads) {
+        return Ok(left.to_vec());
+    }
     merge_into(&mut doc, &mut other)?;
     to_stored(&doc, settings.keep_json)
 }
@@ -86,8 +89,15 @@ fn may_contain(container: &StoredValue<'_>, contained: &StoredValue<'_>) -> bool
 }
 
 /// Merges `other` into `doc`; shared by `merge` and the aggregate. What makes a merge fail
-/// is in the documents themselves, such as two clients using one actor id.
+/// is in the documents themselves, such as two clients using one actor id, or a change
+/// of one that the other's would keep from loading again (see [`integrity`]).
 pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
+    let before = doc.get_heads();
+    merge_unchecked(doc, other)?;
+    integrity::check_added(doc, &before)
+}
+
+fn merge_unchecked(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
     no_panic(|| doc.merge(other))
         .map_err(Error::CannotMerge)?
         .map_err(|err| Error::CannotMerge(err.to_string()))?;
@@ -146,7 +156,7 @@ fn append(
             change.deps().iter().all(|dep| heads.contains(dep) || kept.is_latest_change(dep));
         if change.seq() != next_seq
             || !deps_known
-            || !loads_after(change, latest, &new, &kept.clock, value)
+            || !loads_after(change, latest, &new, &heads, &kept.clock)
         {
             return Ok(None);
         }
@@ -209,8 +219,10 @@ fn root_puts(
     max_op: u64,
     root: &mut RootOps,
 ) -> Option<Vec<(String, Option<Json>)>> {
+    // Right after every operation of the document: above its dependencies' counters,
+    // reusing none, skipping none.
     let start = change.start_op().get();
-    if start <= max_op {
+    if start != max_op + 1 {
         return None;
     }
     let ops = no_panic(|| change.decode()).ok()?.operations;
@@ -230,7 +242,7 @@ fn root_puts(
         }
         let value = match op.action {
             OpType::Put(scalar) => Some(json::scalar(&scalar)),
-            OpType::Delete => None,
+            OpType::Delete if !pred.is_empty() => None,
             _ => return None,
         };
         match value {
@@ -245,33 +257,38 @@ fn root_puts(
 }
 
 /// Whether a change that follows the header also passes what Automerge checks when it
-/// loads the payload, where all appended changes are applied in one batch, in an order of
-/// their dependencies: an author only on an actor's first change; operations only of
-/// actors it has; and each actor's changes in sequence, so a change must descend from its
-/// actor's previous one (`latest`) unless that one is in the saved document. Automerge
-/// panics on these on a load, so a change appended without them would make the stored value
-/// unloadable; the load-apply-save path refuses them instead.
+/// loads the payload, and what its save records (see [`integrity`]), where the header
+/// alone can tell: an author only on an actor's first change; operations only of actors it
+/// has; at least one operation, encoded as Automerge encodes it; and a descendant of its
+/// actor's previous change (`latest`), through its dependencies within this write or by
+/// depending on every head. Anything else is left to the load-apply-save path, which
+/// checks it against the loaded document.
 fn loads_after(
     change: &Change,
     latest: Option<(u64, ChangeHash)>,
     batch: &[&Change],
+    heads: &BTreeSet<ChangeHash>,
     clock: &format::ActorClock,
-    value: &StoredValue<'_>,
 ) -> bool {
     if change.author().is_some() && change.seq() != 1 {
         return false;
     }
-    if !change
-        .other_actor_ids()
-        .iter()
-        .all(|actor| clock.contains_key(actor) || actor == change.actor_id())
-    {
+    let actors = change.other_actor_ids().iter();
+    if !actors.into_iter().all(|actor| clock.contains_key(actor) || actor == change.actor_id()) {
+        return false;
+    }
+    // An empty change must start right after its dependencies' counters, which the header
+    // knows only when they are every head (the largest counter is a head's).
+    let depends_on_every_head = heads.iter().all(|head| change.deps().contains(head));
+    if (change.is_empty() && !depends_on_every_head) || change.max_op() > u64::from(u32::MAX) {
+        return false;
+    }
+    let canonical = no_panic(|| Change::from(change.decode()).hash() == change.hash());
+    if canonical != Ok(true) {
         return false;
     }
     let Some((_, previous)) = latest else { return true };
-    let saved = value.kept.as_ref().is_some_and(|kept| kept.appended_changes == 0)
-        && !batch.iter().any(|earlier| earlier.hash() == previous);
-    saved || descends_from(change, previous, batch)
+    depends_on_every_head || descends_from(change, previous, batch)
 }
 
 /// Whether `ancestor` is among the dependencies of `change`, directly or through changes of
@@ -317,8 +334,13 @@ fn combined(parts: &[LoadEstimate]) -> LoadEstimate {
     })
 }
 
-/// Applies Automerge bytes to a loaded document, refusing changes it cannot apply.
+/// Applies Automerge bytes to a loaded document, refusing changes it cannot apply and
+/// changes that would keep its save from loading (see [`integrity`]).
 pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let before = doc.get_heads();
     // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
     // first: bad bytes are an error, never a silently shorter write.
     let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);
@@ -326,7 +348,7 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
         .map_err(Error::NotAutomerge)?;
     match loaded {
         Ok(mut incoming) if incoming.get_missing_deps(&[]).is_empty() => {
-            merge_into(doc, &mut incoming)?;
+            merge_unchecked(doc, &mut incoming)?;
         }
         // Well-formed, but needing changes that only `doc` may have.
         Ok(_) | Err(AutomergeError::MissingDeps) => {
@@ -340,7 +362,7 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
     if !missing.is_empty() {
         return Err(Error::MissingDependenciesOnApply(missing));
     }
-    Ok(())
+    integrity::check_added(doc, &before)
 }
 
 #[cfg(test)]

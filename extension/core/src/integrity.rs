@@ -1,0 +1,209 @@
+//! The rules that keep every stored value loadable. Automerge applies changes in memory
+//! after far fewer checks than its loader makes, so a change can sit in a document, and be
+//! saved, in a form that the next load refuses. Every write that adds changes to a loaded
+//! document therefore checks what it added against the loader's rules (automerge 0.12):
+//!
+//! - each actor's changes are numbered 1, 2, 3… and each descends from its actor's previous
+//!   one (the loader sorts changes per actor and requires non-decreasing op counters);
+//! - a change's operation counters start above those of every change it depends on (a save
+//!   stores only each change's last counter and re-derives the first from the
+//!   dependencies), right after them for a change with no operations;
+//! - counters fit in 32 bits;
+//! - the change is exactly what the document records of it: Automerge re-encodes it from
+//!   the operations it holds (as a save does) and the result must hash to the same change.
+//!   This is what refuses unknown columns, actors listed but unused, predecessors that are
+//!   not where the change says, deletes of nothing and operations Automerge dropped.
+//!
+//! We add one rule of our own: counters may not start past every operation the document
+//! has (plus one), so one change cannot use up the counters of a document (a change at
+//! 2^32 - 1 would leave no counter for any later change). Clients start a change right
+//! after the largest counter they have seen, so no client's change breaks it.
+//!
+//! The checks cost a walk over the new changes' operations, not a load: the document's
+//! older changes were checked when they were written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use automerge::{ActorId, Automerge, ChangeHash, ChangeMetadata};
+
+use crate::guard::no_panic;
+use crate::Error;
+
+/// A loader rule that a change breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// Its sequence number does not follow one of its actor's changes.
+    SequenceGap { seq: u64 },
+    /// It does not descend from its actor's previous change.
+    NotAfterActorsPreviousChange,
+    /// Its first counter is not above every counter of its dependencies.
+    CountersNotAboveDependencies { start_op: u64, dependencies_max_op: u64 },
+    /// It has no operations and does not start right after its dependencies' counters.
+    EmptyChangeSkipsCounters { start_op: u64, dependencies_max_op: u64 },
+    /// Its first counter lies past every operation of the document (plus one).
+    CountersSkipAhead { start_op: u64, document_max_op: u64 },
+    /// Its counters do not fit in 32 bits.
+    CountersOverflow { max_op: u64 },
+    /// Automerge records it differently from how it came: an operation refers to something
+    /// the document lacks, or the change is not encoded as Automerge encodes it.
+    NotAsRecorded,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::SequenceGap { seq } => {
+                write!(f, "its sequence number is {seq}, but its actor has no change {}", seq - 1)
+            }
+            Rule::NotAfterActorsPreviousChange => {
+                write!(f, "it does not descend from its actor's previous change")
+            }
+            Rule::CountersNotAboveDependencies { start_op, dependencies_max_op } => write!(
+                f,
+                "its operation counters start at {start_op}, not above its dependencies' \
+                 {dependencies_max_op}"
+            ),
+            Rule::EmptyChangeSkipsCounters { start_op, dependencies_max_op } => write!(
+                f,
+                "it has no operations and starts at counter {start_op}, not right after its \
+                 dependencies' {dependencies_max_op}"
+            ),
+            Rule::CountersSkipAhead { start_op, document_max_op } => write!(
+                f,
+                "its operation counters start at {start_op}, past every operation of the \
+                 document (the largest counter is {document_max_op})"
+            ),
+            Rule::CountersOverflow { max_op } => {
+                write!(f, "its operation counters reach {max_op}, past 2^32 - 1")
+            }
+            Rule::NotAsRecorded => write!(
+                f,
+                "Automerge records it differently from how it came (an operation refers to \
+                 an object, element or predecessor the document lacks, or the change is not \
+                 encoded as Automerge encodes it)"
+            ),
+        }
+    }
+}
+
+/// A change and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    pub change: ChangeHash,
+    pub rule: Rule,
+}
+
+impl fmt::Display for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "change {}: {}", self.change, self.rule)
+    }
+}
+
+/// Checks the changes that `doc` gained since it had the heads `before`: the document's
+/// save loads again if and only if they keep the rules (its older changes kept them).
+pub fn check_added(doc: &Automerge, before: &[ChangeHash]) -> Result<(), Error> {
+    broken_added(doc, before).map_or(Ok(()), |broken| Err(Error::BreaksLoadRule(broken)))
+}
+
+/// The first rule that the changes added since `before` break, if any.
+pub fn broken_added(doc: &Automerge, before: &[ChangeHash]) -> Option<Broken> {
+    let Ok(added) = no_panic(|| doc.get_changes_meta(before)) else {
+        return Some(Broken { change: ChangeHash([0; 32]), rule: Rule::NotAsRecorded });
+    };
+    if added.is_empty() {
+        return None;
+    }
+    let added_hashes: BTreeSet<ChangeHash> = added.iter().map(|change| change.hash).collect();
+    let previous = previous_changes(doc, &added);
+    // Counters never decrease along dependencies, so the document's largest is a head's.
+    let document_max_op = before.iter().filter_map(|head| max_op_of(doc, head)).max().unwrap_or(0);
+    for change in &added {
+        if let Some(rule) = broken_rule(doc, change, &previous, document_max_op) {
+            return Some(Broken { change: change.hash, rule });
+        }
+    }
+    // What a save would record of the added changes: they must hash as they came.
+    let recorded = no_panic(|| doc.get_changes(before)).unwrap_or_default();
+    let recorded: BTreeSet<ChangeHash> = recorded.iter().map(|change| change.hash()).collect();
+    if recorded != added_hashes {
+        let change = added_hashes.difference(&recorded).next().copied();
+        return Some(Broken { change: change.unwrap_or(added[0].hash), rule: Rule::NotAsRecorded });
+    }
+    None
+}
+
+/// The hash of each change that an added change must follow: its actor's change with the
+/// sequence number before its own.
+type Previous = BTreeMap<(ActorId, u64), ChangeHash>;
+
+fn previous_changes(doc: &Automerge, added: &[ChangeMetadata<'_>]) -> Previous {
+    let wanted: BTreeSet<(ActorId, u64)> = added
+        .iter()
+        .filter(|change| change.seq > 1)
+        .map(|change| (change.actor.clone().into_owned(), change.seq - 1))
+        .collect();
+    let mut found = Previous::new();
+    if wanted.is_empty() {
+        return found;
+    }
+    // The actors' previous changes are mostly among the added ones' dependencies; the walk
+    // over every change's metadata (no operations) is for the rest.
+    for change in added {
+        let key = (change.actor.clone().into_owned(), change.seq);
+        if wanted.contains(&key) {
+            found.insert(key, change.hash);
+        }
+    }
+    if found.len() < wanted.len() {
+        for change in no_panic(|| doc.get_changes_meta(&[])).unwrap_or_default() {
+            let key = (change.actor.into_owned(), change.seq);
+            if wanted.contains(&key) {
+                found.entry(key).or_insert(change.hash);
+            }
+        }
+    }
+    found
+}
+
+fn max_op_of(doc: &Automerge, hash: &ChangeHash) -> Option<u64> {
+    no_panic(|| doc.get_change_meta_by_hash(hash).map(|meta| meta.max_op)).ok().flatten()
+}
+
+fn broken_rule(
+    doc: &Automerge,
+    change: &ChangeMetadata<'_>,
+    previous: &Previous,
+    document_max_op: u64,
+) -> Option<Rule> {
+    if change.seq > 1 {
+        let Some(previous_hash) =
+            previous.get(&(change.actor.clone().into_owned(), change.seq - 1))
+        else {
+            return Some(Rule::SequenceGap { seq: change.seq });
+        };
+        // The changes that are not ancestors of this one's dependencies: the previous change
+        // of its actor must not be among them.
+        let not_before = no_panic(|| doc.get_changes_meta(&change.deps)).unwrap_or_default();
+        if not_before.iter().any(|other| other.hash == *previous_hash) {
+            return Some(Rule::NotAfterActorsPreviousChange);
+        }
+    }
+    let dependencies_max_op =
+        change.deps.iter().filter_map(|dep| max_op_of(doc, dep)).max().unwrap_or(0);
+    let start_op = change.start_op;
+    let empty = change.max_op < start_op;
+    if empty && start_op != dependencies_max_op + 1 {
+        return Some(Rule::EmptyChangeSkipsCounters { start_op, dependencies_max_op });
+    }
+    if start_op <= dependencies_max_op {
+        return Some(Rule::CountersNotAboveDependencies { start_op, dependencies_max_op });
+    }
+    if start_op > dependencies_max_op + 1 && start_op > document_max_op + 1 {
+        return Some(Rule::CountersSkipAhead { start_op, document_max_op });
+    }
+    if change.max_op > u64::from(u32::MAX) {
+        return Some(Rule::CountersOverflow { max_op: change.max_op });
+    }
+    None
+}
