@@ -9,7 +9,8 @@
 //! The binary must install `pg_automerge_core::memory::CountingAllocator` as its global
 //! allocator, or the memory oracle sees nothing.
 
-pub mod chunks;
+/// Chunk framing lives in `fixtures`, which the wrong-change generator shares.
+pub use fixtures::chunks;
 pub mod mutate;
 pub mod seeds;
 pub mod targets;
