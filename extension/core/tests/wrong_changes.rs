@@ -12,11 +12,11 @@ use std::path::PathBuf;
 
 use automerge::legacy::{Key, OpId, SortedVec};
 use automerge::transaction::Transactable;
-use automerge::{ActorId, AutoCommit, Automerge, Change, ExpandedChange, ReadDoc, ROOT};
+use automerge::{ActorId, AutoCommit, Change, ExpandedChange, ROOT};
 use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
-use pg_automerge_core::document::{self, stored_from_client_bytes};
+use pg_automerge_core::document::stored_from_client_bytes;
 use proptest::prelude::*;
-use support::{assert_loads, checked_write, Entry, FAST};
+use support::{assert_loads, checked_write, honest_and_wrong_writes, Entry, FAST};
 
 /// `incoming` through every entry point: what broke, one line each.
 fn through_every_entry(what: &str, server: &[u8], incoming: &[u8]) -> Vec<String> {
@@ -184,66 +184,6 @@ fn sample(stored: &[u8], every: usize, count: &mut usize) {
     std::fs::write(dir.join(format!("{name}.automerge")), value.payload).unwrap();
 }
 
-/// A run driven by `input`: three replicas of a base document the server holds make
-/// honest edits and send their new changes; wrong changes, crafted on what the server
-/// holds, come in between; every write goes through the next entry point in turn.
-/// `Err` names the step, kind and entry point that broke the invariant.
-fn run(input: &[u8], samples: &mut usize) -> Result<(), String> {
-    let mut choices = Choices::new(input);
-    let mut base = client_document(9);
-    let mut server = stored_from_client_bytes(&base.save(), FAST).unwrap();
-    let mut replicas: Vec<AutoCommit> = (1..=3).map(|n| base.fork().with_actor(actor(n))).collect();
-    let mut next_entry = 0;
-    for step in 0..14 {
-        if choices.is_exhausted() && step > 0 {
-            break;
-        }
-        let entry = Entry::ALL[next_entry % Entry::ALL.len()];
-        let r = choices.below(replicas.len());
-        let (what, incoming) = match choices.below(10) {
-            0..=5 => {
-                let replica = &mut replicas[r];
-                honest_edit(replica, &mut choices);
-                let held = Automerge::load(document::client_bytes(&server).unwrap()).unwrap();
-                let new: Vec<u8> = replica
-                    .get_changes(&[])
-                    .iter()
-                    .filter(|c| held.get_change_by_hash(&c.hash()).is_none())
-                    .flat_map(|c| c.raw_bytes().to_vec())
-                    .collect();
-                (format!("step {step}: honest changes of replica {r}"), new)
-            }
-            6..=8 => {
-                let kind = *choices.pick(&Wrong::ALL);
-                // Crafted on what the server holds, as replica r's actor.
-                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
-                    .unwrap()
-                    .with_actor(actor(r as u8 + 1));
-                let Some(bytes) = wrong_change(&mut held, kind, &mut choices) else { continue };
-                (format!("step {step}: wrong change {kind:?} (replica {r}'s actor)"), bytes)
-            }
-            _ => {
-                // A replica syncs from the server; a server that took a wrong change of
-                // this replica's actor cannot be merged, which leaves the replica as it is.
-                if let Ok(mut held) = AutoCommit::load(document::client_bytes(&server).unwrap()) {
-                    let _ = replicas[r].merge(&mut held);
-                }
-                continue;
-            }
-        };
-        if incoming.is_empty() {
-            continue;
-        }
-        next_entry += 1;
-        if let Some(written) = checked_write(&what, entry, &server, &incoming)? {
-            sample(&written, 3, samples);
-            server = written;
-        }
-    }
-    let _ = &mut base;
-    Ok(())
-}
-
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 24,
@@ -258,7 +198,7 @@ proptest! {
         input in proptest::collection::vec(any::<u8>(), 16..160)
     ) {
         let mut samples = 0;
-        if let Err(broken) = run(&input, &mut samples) {
+        if let Err(broken) = honest_and_wrong_writes(&input, |written| sample(written, 3, &mut samples)) {
             prop_assert!(false, "{}", broken);
         }
     }

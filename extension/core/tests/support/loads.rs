@@ -1,10 +1,14 @@
-//! The invariant of issue 14 for one stored value, as a check that returns what broke: the
-//! core tests assert it (`support::assert_loads`) and the fuzzer reports it as a failure
-//! (fuzz/src/wrong_writes.rs includes this file by path, so that it has one home).
+//! The invariant of issue 14 for one stored value, as a check that returns what broke
+//! (`check_loads`); the entry points a server takes client bytes through (`Entry`); and a
+//! run of honest and wrong writes driven by bytes (`honest_and_wrong_writes`). The core
+//! tests assert them (`support::assert_loads`, tests/wrong_changes.rs) and the fuzzer
+//! reports them as failures: fuzz/src/wrong_writes.rs includes this file by path, so that
+//! it has one home. It uses only automerge, pg_automerge_core, fixtures and serde_json.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use automerge::Automerge;
+use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
+use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
 use pg_automerge_core::document::WriteSettings;
 use pg_automerge_core::{document, format, json, writes, Error, ErrorKind};
 
@@ -133,4 +137,75 @@ pub fn checked_write(
             Err(broken) => Err(format!("{what} via {entry:?}: accepted, but {broken}")),
         },
     }
+}
+
+/// A run driven by `input`: three replicas of a base document the server holds make
+/// honest edits and send their new changes; wrong changes, crafted on what the server
+/// holds, come in between; every write goes through the next entry point in turn.
+/// Returns the outcome of each write (kind, entry point, accepted or refused) for the
+/// fuzzer's signature; `Err` names the step, kind and entry point that broke the invariant.
+pub fn honest_and_wrong_writes(
+    input: &[u8],
+    mut on_accepted: impl FnMut(&[u8]),
+) -> Result<Vec<String>, String> {
+    let mut outcomes = Vec::new();
+    let mut choices = Choices::new(input);
+    let mut base = client_document(9);
+    let actor = |n: u8| ActorId::from([n; 16]);
+    let mut server = document::stored_from_client_bytes(&base.save(), FAST).unwrap();
+    let mut replicas: Vec<AutoCommit> = (1..=3).map(|n| base.fork().with_actor(actor(n))).collect();
+    let mut next_entry = 0;
+    for step in 0..14 {
+        if choices.is_exhausted() && step > 0 {
+            break;
+        }
+        let entry = Entry::ALL[next_entry % Entry::ALL.len()];
+        let r = choices.below(replicas.len());
+        let (what, incoming) = match choices.below(10) {
+            0..=5 => {
+                let replica = &mut replicas[r];
+                honest_edit(replica, &mut choices);
+                let held = Automerge::load(document::client_bytes(&server).unwrap()).unwrap();
+                let new: Vec<u8> = replica
+                    .get_changes(&[])
+                    .iter()
+                    .filter(|c| held.get_change_by_hash(&c.hash()).is_none())
+                    .flat_map(|c| c.raw_bytes().to_vec())
+                    .collect();
+                (format!("step {step}: honest changes of replica {r}"), new)
+            }
+            6..=8 => {
+                let kind = *choices.pick(&Wrong::ALL);
+                // Crafted on what the server holds, as replica r's actor.
+                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
+                    .unwrap()
+                    .with_actor(actor(r as u8 + 1));
+                let Some(bytes) = wrong_change(&mut held, kind, &mut choices) else { continue };
+                (format!("step {step}: wrong change {kind:?} (replica {r}'s actor)"), bytes)
+            }
+            _ => {
+                // A replica syncs from the server; a server that took a wrong change of
+                // this replica's actor cannot be merged, which leaves the replica as it is.
+                if let Ok(mut held) = AutoCommit::load(document::client_bytes(&server).unwrap()) {
+                    let _ = replicas[r].merge(&mut held);
+                }
+                continue;
+            }
+        };
+        if incoming.is_empty() {
+            continue;
+        }
+        next_entry += 1;
+        let written = checked_write(&what, entry, &server, &incoming)?;
+        let kind = what.split(": ").nth(1).unwrap_or("").split(" (").next().unwrap_or("");
+        outcomes.push(format!(
+            "{kind} via {entry:?}: {}",
+            if written.is_some() { "accepted" } else { "refused" }
+        ));
+        if let Some(written) = written {
+            on_accepted(&written);
+            server = written;
+        }
+    }
+    Ok(outcomes)
 }
