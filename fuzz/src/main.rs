@@ -77,7 +77,8 @@ fn main() {
 fn replay(paths: &[PathBuf]) {
     for path in paths {
         let input = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        let (failures, slowest) = fuzz::replay(&input);
+        let (mut failures, slowest) = fuzz::replay(&input);
+        failures.extend(fuzz::replay_wrong_writes(&input));
         println!("{}: {} failures, {:.3} s", path.display(), failures.len(), slowest.as_secs_f64());
         for failure in failures {
             println!("    {}: {}", failure.target, failure.what);

@@ -26,6 +26,18 @@ fn every_regression_input_passes_the_oracles() {
     println!("fuzz regressions: {} inputs replayed", regressions.len());
 }
 
+/// The inputs the wrong-change target found (`wrong_changes-*`) hold its invariant: every
+/// write refused as invalid binary or stored loadable.
+#[test]
+fn every_wrong_change_regression_input_holds_the_invariant() {
+    for seed in fuzz::seeds::regressions() {
+        if seed.name.starts_with("wrong_changes-") {
+            let failure = fuzz::replay_wrong_writes(&seed.bytes);
+            assert!(failure.is_none(), "{}: {failure:#?}", seed.name);
+        }
+    }
+}
+
 /// The inputs named `panic-*` made Automerge panic; the core must refuse them as bytes
 /// that are not a document (22P03), saying what Automerge did.
 #[test]

@@ -1,5 +1,5 @@
-//! `cargo xtask fuzz --time 20m`: runs the mutation fuzzer (the `fuzz` crate) over the
-//! core crate's byte inputs and writes `results/fuzz-<date>.md` from what it reports.
+//! `cargo xtask fuzz --time 20m`: runs the mutation fuzzer (the `fuzz` crate, its wrong-change
+//! target included: `fuzz/src/wrong_writes.rs`) over the core crate's byte inputs and writes `results/fuzz-<date>.md` from what it reports.
 //! `cargo xtask test` runs it too, for a bounded time ([`BOUNDED_TIME`]).
 
 use std::io::{BufRead, BufReader};
@@ -128,7 +128,11 @@ fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
          {provenance}\
          - targets: every byte input of the core crate (type input as text and bytes, \
          `doc || bytea`, merge, stored values with a mismatched header, JSON, changes, \
-         catch-up bytes and spans now and as of earlier heads), under a 64 MB load limit\n\n\
+         catch-up bytes and spans now and as of earlier heads), under a 64 MB load limit; and \
+         the wrong-change target (`fuzz/src/wrong_writes.rs`): the same input as a choice \
+         stream of honest edits and structurally valid but wrong changes written through \
+         every entry point, each accepted value checked to load, keep its load's JSON and \
+         save loadably (issue 14)\n\n\
          | | |\n|---|---|\n\
          | executions | {executions} |\n\
          | seconds | {seconds} |\n\

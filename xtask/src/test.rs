@@ -72,6 +72,13 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     total.failed += fuzzed.counts.failures as usize;
 
     step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
+    // The core tests above wrote a sample of the values they accepted (issue 14).
+    if let Some(samples) = step("Node.js: accepted samples load in @automerge/automerge", || {
+        node_loads_accepted_samples(sh)
+    })? {
+        summary.push(format!("Node.js: accepted samples {samples}"));
+        total += samples;
+    }
 
     for major in flags.pg.majors() {
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
@@ -146,6 +153,20 @@ fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
         pgrx.args(["--runas", user, "--pgdata"]).arg(&pgdata);
     }
     counted(pgrx)
+}
+
+/// Loads the payloads that `extension/core/tests/wrong_changes.rs` accepted and wrote to
+/// `target/accepted-samples/` with `@automerge/automerge` (examples/node-client/
+/// load-samples.mjs): one pass for the whole sample, or a failure. `None` without Node.js.
+fn node_loads_accepted_samples(sh: &Shell) -> Result<Option<Counts>> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note("Node.js is not installed: the accepted samples are not loaded in JS");
+        return Ok(None);
+    }
+    let samples = project_root().join("target/accepted-samples");
+    let _dir = sh.push_dir("examples/node-client");
+    let passed = cmd!(sh, "node load-samples.mjs {samples}").run().is_ok();
+    Ok(Some(Counts { passed: usize::from(passed), failed: usize::from(!passed) }))
 }
 
 /// Installs examples/node-client's npm dependencies as package-lock.json pins them (a few

@@ -8,6 +8,17 @@ use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ROOT};
 use proptest::prelude::*;
 
+mod loads;
+pub use loads::*;
+
+/// Asserts the invariant of issue 14 on a stored value (see [`check_loads`]).
+#[track_caller]
+pub fn assert_loads(stored: &[u8]) {
+    if let Err(broken) = check_loads(stored) {
+        panic!("a stored value breaks the invariant: {broken}");
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Edit {
     Put { replica: usize, key: u8, value: i64 },

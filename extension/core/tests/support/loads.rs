@@ -1,0 +1,211 @@
+//! The invariant of issue 14 for one stored value, as a check that returns what broke
+//! (`check_loads`); the entry points a server takes client bytes through (`Entry`); and a
+//! run of honest and wrong writes driven by bytes (`honest_and_wrong_writes`). The core
+//! tests assert them (`support::assert_loads`, tests/wrong_changes.rs) and the fuzzer
+//! reports them as failures: fuzz/src/wrong_writes.rs includes this file by path, so that
+//! it has one home. It uses only automerge, pg_automerge_core, fixtures and serde_json.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
+use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
+use pg_automerge_core::document::WriteSettings;
+use pg_automerge_core::{document, format, json, writes, Error, ErrorKind};
+
+/// Whether `stored` holds the invariant: (a) its payload loads with a plain
+/// `Automerge::load`, as clients load it; (b) its kept JSON, if any, equals the loaded
+/// document's JSON; (c) the header's heads are the loaded heads, and a save of the loaded
+/// document loads again. `Err` says which part broke.
+pub fn check_loads(stored: &[u8]) -> Result<(), String> {
+    let value =
+        format::decode(stored).map_err(|err| format!("the value does not decode: {err}"))?;
+    let payload = document::client_bytes(stored).map_err(|err| format!("no payload: {err}"))?;
+    let loaded = load(payload).map_err(|err| format!("(a) the payload does not load: {err}"))?;
+    if value.summary.heads != loaded.get_heads() {
+        return Err(format!(
+            "(c) the header's heads {:?} are not the loaded heads {:?}",
+            value.summary.heads,
+            loaded.get_heads()
+        ));
+    }
+    if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
+        let kept: serde_json::Value =
+            serde_json::from_str(kept).map_err(|err| format!("(b) kept JSON: {err}"))?;
+        let json = json::document(&loaded, None)
+            .map_err(|err| format!("(b) the loaded document has no JSON: {err}"))?;
+        if kept != json {
+            return Err(format!("(b) the kept JSON {kept} is not the loaded document's {json}"));
+        }
+    }
+    let saved = catch_unwind(AssertUnwindSafe(|| loaded.save()))
+        .map_err(|_| "(c) saving the loaded document panicked".to_string())?;
+    load(&saved)
+        .map_err(|err| format!("(c) a save of the loaded document does not load: {err}"))?;
+    Ok(())
+}
+
+/// `Automerge::load`, with a panic as an error.
+fn load(bytes: &[u8]) -> Result<Automerge, String> {
+    match catch_unwind(AssertUnwindSafe(|| Automerge::load(bytes))) {
+        Ok(Ok(doc)) => Ok(doc),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("Automerge::load panicked".into()),
+    }
+}
+
+/// The ways a server takes bytes from a client, in the order a run takes them in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `doc || bytea` with the fast paths (`WriteSettings::UNLIMITED`).
+    ApplyFast,
+    /// `doc || bytea` the naive way: no kept JSON, every write loads, applies and saves.
+    ApplyNaive,
+    /// INSERT of the stored payload (a save, maybe with appended changes) and the changes.
+    InsertSaveAndChanges,
+    /// INSERT of every change of the document, then the new ones: no save at all.
+    InsertChangesOnly,
+    /// An upsert that merges: the stored value on the left, the client's stored form
+    /// (INSERT of the payload and the changes) on the right.
+    MergeLeft,
+    /// The same merge, the other way round.
+    MergeRight,
+    /// `doc || bytea` with the fast paths, then `automerge_compact` of what it wrote.
+    ApplyThenCompact,
+}
+
+impl Entry {
+    pub const ALL: [Entry; 7] = [
+        Entry::ApplyFast,
+        Entry::ApplyNaive,
+        Entry::InsertSaveAndChanges,
+        Entry::InsertChangesOnly,
+        Entry::MergeLeft,
+        Entry::MergeRight,
+        Entry::ApplyThenCompact,
+    ];
+}
+
+pub const FAST: WriteSettings = WriteSettings::UNLIMITED;
+pub const NAIVE: WriteSettings =
+    WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
+
+/// Writes `incoming` (client bytes) to the stored value `server` through `entry`.
+pub fn write(entry: Entry, server: &[u8], incoming: &[u8]) -> Result<Vec<u8>, Error> {
+    let payload = document::client_bytes(server)?;
+    let with_payload = || [payload, incoming].concat();
+    match entry {
+        Entry::ApplyFast => writes::apply(server, incoming, FAST),
+        Entry::ApplyNaive => writes::apply(server, incoming, NAIVE),
+        Entry::InsertSaveAndChanges => document::stored_from_client_bytes(&with_payload(), FAST),
+        Entry::InsertChangesOnly => {
+            let doc = document::load_stored(server)?;
+            let mut bytes: Vec<u8> =
+                doc.get_changes(&[]).iter().flat_map(|c| c.raw_bytes().to_vec()).collect();
+            bytes.extend_from_slice(incoming);
+            document::stored_from_client_bytes(&bytes, FAST)
+        }
+        Entry::MergeLeft | Entry::MergeRight => {
+            let client = document::stored_from_client_bytes(&with_payload(), FAST)?;
+            if entry == Entry::MergeLeft {
+                writes::merge(server, &client, FAST)
+            } else {
+                writes::merge(&client, server, FAST)
+            }
+        }
+        Entry::ApplyThenCompact => document::compact(&writes::apply(server, incoming, FAST)?, FAST),
+    }
+}
+
+/// Writes through `entry` and checks the outcome: refused as invalid binary (22P03), the
+/// server value staying as it was (`Ok(None)`), or accepted with the invariant holding
+/// (`Ok(Some(written))`). `Err` says what broke, naming `what` and the entry point.
+pub fn checked_write(
+    what: &str,
+    entry: Entry,
+    server: &[u8],
+    incoming: &[u8],
+) -> Result<Option<Vec<u8>>, String> {
+    match catch_unwind(AssertUnwindSafe(|| write(entry, server, incoming))) {
+        Err(_) => Err(format!("{what} via {entry:?}: the write panicked")),
+        Ok(Err(err)) if err.kind() == ErrorKind::InvalidBinary => Ok(None),
+        Ok(Err(err)) => Err(format!(
+            "{what} via {entry:?}: refused as {:?}, not InvalidBinary: {err}",
+            err.kind()
+        )),
+        Ok(Ok(written)) => match check_loads(&written) {
+            Ok(()) => Ok(Some(written)),
+            Err(broken) => Err(format!("{what} via {entry:?}: accepted, but {broken}")),
+        },
+    }
+}
+
+/// A run driven by `input`: three replicas of a base document the server holds make
+/// honest edits and send their new changes; wrong changes, crafted on what the server
+/// holds, come in between; every write goes through the next entry point in turn.
+/// Returns the outcome of each write (kind, entry point, accepted or refused) for the
+/// fuzzer's signature; `Err` names the step, kind and entry point that broke the invariant.
+pub fn honest_and_wrong_writes(
+    input: &[u8],
+    mut on_accepted: impl FnMut(&[u8]),
+) -> Result<Vec<String>, String> {
+    let mut outcomes = Vec::new();
+    let mut choices = Choices::new(input);
+    let mut base = client_document(9);
+    let actor = |n: u8| ActorId::from([n; 16]);
+    let mut server = document::stored_from_client_bytes(&base.save(), FAST).unwrap();
+    let mut replicas: Vec<AutoCommit> = (1..=3).map(|n| base.fork().with_actor(actor(n))).collect();
+    let mut next_entry = 0;
+    for step in 0..14 {
+        if choices.is_exhausted() && step > 0 {
+            break;
+        }
+        let entry = Entry::ALL[next_entry % Entry::ALL.len()];
+        let r = choices.below(replicas.len());
+        let (what, incoming) = match choices.below(10) {
+            0..=5 => {
+                let replica = &mut replicas[r];
+                honest_edit(replica, &mut choices);
+                let held = Automerge::load(document::client_bytes(&server).unwrap()).unwrap();
+                let new: Vec<u8> = replica
+                    .get_changes(&[])
+                    .iter()
+                    .filter(|c| held.get_change_by_hash(&c.hash()).is_none())
+                    .flat_map(|c| c.raw_bytes().to_vec())
+                    .collect();
+                (format!("step {step}: honest changes of replica {r}"), new)
+            }
+            6..=8 => {
+                let kind = *choices.pick(&Wrong::ALL);
+                // Crafted on what the server holds, as replica r's actor.
+                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
+                    .unwrap()
+                    .with_actor(actor(r as u8 + 1));
+                let Some(bytes) = wrong_change(&mut held, kind, &mut choices) else { continue };
+                (format!("step {step}: wrong change {kind:?} (replica {r}'s actor)"), bytes)
+            }
+            _ => {
+                // A replica syncs from the server; a server that took a wrong change of
+                // this replica's actor cannot be merged, which leaves the replica as it is.
+                if let Ok(mut held) = AutoCommit::load(document::client_bytes(&server).unwrap()) {
+                    let _ = replicas[r].merge(&mut held);
+                }
+                continue;
+            }
+        };
+        if incoming.is_empty() {
+            continue;
+        }
+        next_entry += 1;
+        let written = checked_write(&what, entry, &server, &incoming)?;
+        let kind = what.split(": ").nth(1).unwrap_or("").split(" (").next().unwrap_or("");
+        outcomes.push(format!(
+            "{kind} via {entry:?}: {}",
+            if written.is_some() { "accepted" } else { "refused" }
+        ));
+        if let Some(written) = written {
+            on_accepted(&written);
+            server = written;
+        }
+    }
+    Ok(outcomes)
+}
