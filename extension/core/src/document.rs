@@ -33,7 +33,7 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
 
 /// `bytes` split after a leading document chunk (a save), when they start with one: the
 /// save and what follows it.
-fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
     match estimate::chunks(bytes).next() {
         Some(Ok((estimate::DOCUMENT, chunk))) => {
             let end = chunk.as_ptr() as usize + chunk.len() - bytes.as_ptr() as usize;

@@ -14,6 +14,7 @@ pub mod integrity;
 pub mod interrupts;
 pub mod json;
 pub mod memory;
+pub mod repair;
 pub mod spans;
 pub mod text_form;
 pub mod writes;

@@ -1,0 +1,254 @@
+//! Finding and repairing stored values that do not keep the invariant of
+//! [`integrity`](crate::integrity): their Automerge bytes load, their kept JSON is the
+//! loaded document's, and their next save loads. Version 0.3.0 could store values that break
+//! it (a crafted change appended to the save, or saved into it); this version refuses such
+//! writes, and these functions find and mend what is already stored.
+
+use automerge::{hydrate, Automerge, ChangeHash, ScalarValue, TextEncoding};
+
+use crate::document::{self, split_save, to_stored, WriteSettings};
+use crate::estimate::{self, estimate_stored};
+use crate::guard::no_panic;
+use crate::{format, json, memory, writes, Error};
+
+/// Whether a stored value keeps the invariant: its header decodes; its save loads and the
+/// changes appended after it pass the loader's rules (see [`document::load_stored`]); its
+/// header's heads and its kept JSON are the loaded document's; and a save of the loaded
+/// document loads again. Fails only when the check itself cannot run (the value's load is
+/// above the load limit).
+pub fn loads(stored: &[u8], settings: WriteSettings) -> Result<bool, Error> {
+    let Ok(value) = format::decode(stored) else { return Ok(false) };
+    settings.load_limit.check(&estimate_stored(&value.summary, value.payload.len()))?;
+    let Ok(doc) = document::load_stored(stored) else { return Ok(false) };
+    if doc.get_heads() != value.summary.heads {
+        return Ok(false);
+    }
+    if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
+        let kept: Result<serde_json::Value, _> = serde_json::from_str(kept);
+        if kept.ok() != json::document(&doc, None).ok() {
+            return Ok(false);
+        }
+    }
+    let saved = no_panic(|| doc.save()).ok();
+    drop(doc);
+    let reloaded = saved.map(|saved| no_panic(|| Automerge::load(&saved).is_ok()));
+    Ok(reloaded == Some(Ok(true)))
+}
+
+/// A stored value made to keep the invariant, and what that cost.
+#[derive(Debug)]
+pub struct Repaired {
+    /// The value: the input itself when it kept the invariant.
+    pub stored: Vec<u8>,
+    /// The appended changes that were dropped: each breaks a loader rule, or depends on one
+    /// that does.
+    pub dropped: Vec<ChangeHash>,
+    /// How the save was kept, when it did not load as it was.
+    pub rebuilt: Option<Rebuilt>,
+}
+
+/// How a save that does not load with its recorded heads was rebuilt. Either way its
+/// changes have new hashes, so clients must load the document anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebuilt {
+    /// From its operations, loaded without checking the heads and saved again: the history
+    /// stays, each change as its operations make it.
+    FromOperations,
+    /// Its operations do not load at all: a new document of one change holding the kept
+    /// JSON, strings as text. History, marks and blocks are lost.
+    FromJson,
+}
+
+/// Repairs a stored value: keeps its save (rebuilt from its operations when it does not load
+/// with its recorded heads) and each appended change that still passes the loader's rules
+/// after those kept before it; drops the others. The result is saved in the current format
+/// with its JSON when the settings keep it.
+pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error> {
+    if loads(stored, settings)? {
+        return Ok(Repaired { stored: stored.to_vec(), dropped: Vec::new(), rebuilt: None });
+    }
+    let value = format::decode(stored)?;
+    let (save, appended) = split_save(value.payload);
+    let (mut doc, rebuilt) = match load(save, Automerge::load) {
+        Ok(doc) => (doc, None),
+        Err(_) => match rebuild(save) {
+            Ok(doc) => (doc, Some(Rebuilt::FromOperations)),
+            Err(err) => {
+                let kept = value.kept.as_ref().and_then(|kept| kept.json).ok_or(err)?;
+                (from_json(kept)?, Some(Rebuilt::FromJson))
+            }
+        },
+    };
+    let mut dropped = Vec::new();
+    for chunk in estimate::chunks(appended) {
+        let Ok((_, chunk)) = chunk else { break };
+        let mut attempt = no_panic(|| doc.fork()).map_err(Error::CorruptStoredValue)?;
+        match writes::apply_to(&mut attempt, chunk) {
+            Ok(()) => doc = attempt,
+            Err(_) => dropped.extend(change_hash(chunk)),
+        }
+    }
+    Ok(Repaired { stored: to_stored(&doc, settings.keep_json)?, dropped, rebuilt })
+}
+
+fn load(
+    bytes: &[u8],
+    loader: fn(&[u8]) -> Result<Automerge, automerge::AutomergeError>,
+) -> Result<Automerge, Error> {
+    memory::timed_load(|| no_panic(|| loader(bytes)))
+        .map_err(Error::CorruptStoredValue)?
+        .map_err(|err| Error::CorruptStoredValue(err.to_string()))
+}
+
+/// A save that does not load with its recorded heads, rebuilt from its operations: loaded
+/// without checking the heads, saved (which records each change as its operations make
+/// it) and loaded again, checked.
+fn rebuild(save: &[u8]) -> Result<Automerge, Error> {
+    let unchecked = load(save, Automerge::load_unverified_heads)?;
+    let saved = no_panic(|| unchecked.save()).map_err(Error::CorruptStoredValue)?;
+    drop(unchecked);
+    load(&saved, Automerge::load)
+        .map_err(|err| Error::CorruptStoredValue(format!("it cannot be rebuilt either: {err}")))
+}
+
+/// A new document holding `json` (an object), strings as text as JavaScript clients make
+/// them.
+fn from_json(json: &str) -> Result<Automerge, Error> {
+    let corrupt = |what: &str| Error::CorruptStoredValue(format!("its kept JSON {what}"));
+    let Ok(serde_json::Value::Object(root)) = serde_json::from_str(json) else {
+        return Err(corrupt("is not an object"));
+    };
+    let root: std::collections::HashMap<String, hydrate::Value> =
+        root.into_iter().map(|(key, value)| (key, hydrated(value))).collect();
+    let mut doc = Automerge::new();
+    no_panic(|| doc.init_from_hydrate(&root.into()))
+        .map_err(Error::CorruptStoredValue)?
+        .map_err(|err| corrupt(&format!("cannot be written: {err}")))?;
+    Ok(doc)
+}
+
+fn hydrated(json: serde_json::Value) -> hydrate::Value {
+    use serde_json::Value as Json;
+    match json {
+        Json::Null => hydrate::Value::scalar(ScalarValue::Null),
+        Json::Bool(value) => hydrate::Value::scalar(value),
+        Json::Number(number) => match (number.as_i64(), number.as_u64()) {
+            (Some(value), _) => value.into(),
+            (None, Some(value)) => value.into(),
+            _ => number.as_f64().unwrap_or(0.0).into(),
+        },
+        Json::String(text) => hydrate::Value::text(TextEncoding::platform_default(), &text),
+        Json::Array(items) => items.into_iter().map(hydrated).collect::<Vec<_>>().into(),
+        Json::Object(map) => {
+            let map: std::collections::HashMap<String, hydrate::Value> =
+                map.into_iter().map(|(key, value)| (key, hydrated(value))).collect();
+            hydrate::Value::Map(map.into())
+        }
+    }
+}
+
+/// The hash of a change chunk, for naming a dropped change.
+fn change_hash(chunk: &[u8]) -> Option<ChangeHash> {
+    no_panic(|| automerge::Change::try_from(chunk).ok().map(|change| change.hash())).ok()?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::stored_from_client_bytes;
+    use crate::format::Kept;
+    use automerge::legacy::Key;
+    use automerge::transaction::Transactable;
+    use automerge::{ActorId, AutoCommit, Change, ReadDoc, ROOT};
+
+    const SETTINGS: WriteSettings = WriteSettings::UNLIMITED;
+
+    fn client() -> AutoCommit {
+        let mut doc = AutoCommit::new().with_actor(ActorId::from([1; 16]));
+        doc.put(ROOT, "a", 1_i64).unwrap();
+        doc.put(ROOT, "b", 1_i64).unwrap();
+        doc
+    }
+
+    /// The next change of `doc`, putting `a`, with its key moved to `b`: its predecessor is
+    /// then on another key, which Automerge applies but its save does not load.
+    fn predecessor_on_another_key(doc: &mut AutoCommit) -> Change {
+        let mut fork = doc.fork().with_actor(ActorId::from([1; 16]));
+        fork.put(ROOT, "a", 2_i64).unwrap();
+        fork.commit();
+        let head = fork.get_heads()[0];
+        let change = fork.get_change_by_hash(&head).unwrap().clone();
+        let mut expanded = change.decode();
+        expanded.hash = None;
+        expanded.operations[0].key = Key::Map("b".into());
+        Change::from(expanded)
+    }
+
+    /// What 0.3.0's append stored: the save, then a change no later save loads, with the
+    /// header and JSON of the save's document.
+    fn appended_by_0_3_0(doc: &mut AutoCommit, change: &Change) -> Vec<u8> {
+        let good = stored_from_client_bytes(&doc.save(), SETTINGS).unwrap();
+        let value = format::decode(&good).unwrap();
+        let mut payload = value.payload.to_vec();
+        payload.extend_from_slice(change.raw_bytes());
+        let kept = value.kept.unwrap();
+        let summary = format::Summary {
+            change_count: value.summary.change_count + 1,
+            op_count: value.summary.op_count + 1,
+            heads: vec![change.hash()],
+        };
+        format::encode(&summary, &Kept { appended_changes: 1, ..kept }, &payload)
+    }
+
+    /// What 0.3.0's load-apply-save stored: the save of a document holding that change.
+    fn saved_by_0_3_0(doc: &mut AutoCommit, change: &Change) -> Vec<u8> {
+        let mut loaded = Automerge::load(&doc.save()).unwrap();
+        loaded.apply_changes([change.clone()]).unwrap();
+        document::to_stored(&loaded, true).unwrap()
+    }
+
+    #[test]
+    fn good_values_load_and_are_left_as_they_are() {
+        let stored = stored_from_client_bytes(&client().save(), SETTINGS).unwrap();
+        assert!(loads(&stored, SETTINGS).unwrap());
+        let repaired = repair(&stored, SETTINGS).unwrap();
+        assert_eq!((repaired.stored, repaired.dropped, repaired.rebuilt), (stored, vec![], None));
+    }
+
+    #[test]
+    fn a_broken_change_appended_by_0_3_0_is_found_and_dropped() {
+        let mut doc = client();
+        let change = predecessor_on_another_key(&mut doc);
+        let stored = appended_by_0_3_0(&mut doc, &change);
+        assert!(!loads(&stored, SETTINGS).unwrap());
+        assert!(document::load_stored(&stored).is_err(), "refused rather than re-saved");
+        let repaired = repair(&stored, SETTINGS).unwrap();
+        assert_eq!(repaired.dropped, vec![change.hash()]);
+        assert_eq!(repaired.rebuilt, None);
+        assert!(loads(&repaired.stored, SETTINGS).unwrap());
+        let heads = format::decode(&repaired.stored).unwrap().summary.heads;
+        assert_eq!(heads, doc.get_heads(), "the document as it was before the change");
+    }
+
+    #[test]
+    fn a_save_holding_a_broken_change_is_rebuilt() {
+        let mut doc = client();
+        let change = predecessor_on_another_key(&mut doc);
+        let stored = saved_by_0_3_0(&mut doc, &change);
+        assert!(!loads(&stored, SETTINGS).unwrap());
+        let kept = format::decode(&stored).unwrap().kept.unwrap().json.unwrap().to_string();
+        let repaired = repair(&stored, SETTINGS).unwrap();
+        // Automerge cannot load this save even without checking its heads.
+        assert_eq!(repaired.rebuilt, Some(Rebuilt::FromJson));
+        assert!(loads(&repaired.stored, SETTINGS).unwrap());
+        let json =
+            format::decode(&repaired.stored).unwrap().kept.unwrap().json.unwrap().to_string();
+        assert_eq!(json, kept);
+    }
+
+    #[test]
+    fn garbage_does_not_load() {
+        assert!(!loads(b"not a stored value", SETTINGS).unwrap());
+        assert!(repair(b"not a stored value", SETTINGS).is_err());
+    }
+}
