@@ -11,7 +11,7 @@ use pg_automerge_core::document::{
     load_stored, stored_from_client_bytes, to_stored, WriteSettings,
 };
 use pg_automerge_core::memory::CountingAllocator;
-use pg_automerge_core::{history, json, spans, writes};
+use pg_automerge_core::{history, integrity, json, spans, writes};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -155,6 +155,29 @@ fn benches(c: &mut Criterion) {
             doc.load_incremental(change).unwrap();
             Box::new(doc.save())
         },
+    );
+    // What the loader-rule checks cost on the path that loads: a text edit applied to the
+    // loaded document and saved, with the checks (since 0.4.0) and without them (as 0.3.0
+    // did). Both load and save the same way, so the ratio is the checks alone.
+    let texts = only(&histories, |f| f.spec.kind != Kind::MapList);
+    let edit = |checked: bool| {
+        move |(save, change): &(Vec<u8>, Vec<u8>)| -> Box<dyn std::any::Any> {
+            let mut doc = Automerge::load(save).unwrap();
+            let before = doc.get_heads();
+            doc.load_incremental(change).unwrap();
+            if checked {
+                integrity::check_added(&doc, &before).unwrap();
+            }
+            Box::new(doc.save())
+        }
+    };
+    compare(
+        c,
+        "text edit with loader-rule checks",
+        &texts,
+        |f| (f.save.clone(), Author::new(&f.save).type_into_content()),
+        edit(true),
+        edit(false),
     );
 }
 

@@ -148,6 +148,10 @@ impl Error {
                 "Read the parts you need with the jsonb operators on a path below the deep \
                  nesting, or restructure the document.",
             ),
+            Error::CorruptStoredValue(_) => Some(
+                "automerge_loads(doc) finds such values and automerge_repair(doc) mends one; \
+                 see the SQL reference.",
+            ),
             Error::UnsupportedFormatVersion { .. } => {
                 Some("Install the pg_automerge version that wrote this value, or a newer one.")
             }

@@ -13,6 +13,7 @@ mod jsonb;
 mod memory;
 mod merge_agg;
 mod notify;
+mod repair;
 mod spans;
 mod storage;
 mod stored;
