@@ -51,7 +51,9 @@ pub fn run(sh: &Shell, flags: &FuzzFlags) -> Result<()> {
     let campaign = step(&format!("fuzz the core crate for {}", flags.time), || {
         campaign(&flags.time, flags.seed)
     })?;
-    let path = project_root().join(format!("results/fuzz-{}.md", provenance.date));
+    // Named by date and commit, so that runs of one day do not overwrite each other.
+    let path =
+        project_root().join(format!("results/fuzz-{}-{}.md", provenance.date, provenance.commit));
     let report = report(&provenance, &campaign)?;
     std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
     note(format!("wrote {}", path.display()));
@@ -134,7 +136,7 @@ fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
          every entry point, each accepted value checked to load, keep its load's JSON and \
          save loadably (issue 14)\n\n\
          | | |\n|---|---|\n\
-         | executions | {executions} |\n\
+         | executions (each runs the byte targets and the wrong-change target on its input) | {executions} |\n\
          | seconds | {seconds} |\n\
          | seeds (fixture saves, changes, bundles, regression inputs) | {seeds} |\n\
          | corpus at the end (seeds and kept mutants) | {corpus} |\n\
