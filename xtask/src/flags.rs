@@ -28,7 +28,7 @@ pub enum Verb {
     /// and write a report with ratios to the baselines into results/bench-<date>-<scale>-<commit>/.
     Bench(BenchFlags),
     /// Run the mutation fuzzer over the core crate's byte inputs and write
-    /// results/fuzz-<date>.md.
+    /// results/fuzz-<date>-<commit>.md.
     Fuzz(FuzzFlags),
     /// Build the Docker image (docker/Dockerfile) with the extension, on a public PostgreSQL
     /// image or on a Debian base made here with debootstrap.

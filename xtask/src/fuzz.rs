@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz --time 20m`: runs the mutation fuzzer (the `fuzz` crate, its wrong-change
-//! target included: `fuzz/src/wrong_writes.rs`) over the core crate's byte inputs and writes `results/fuzz-<date>.md` from what it reports.
+//! target included: `fuzz/src/wrong_writes.rs`) over the core crate's byte inputs and writes `results/fuzz-<date>-<commit>.md` from what it reports.
 //! `cargo xtask test` runs it too, for a bounded time ([`BOUNDED_TIME`]).
 
 use std::io::{BufRead, BufReader};
