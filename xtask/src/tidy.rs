@@ -202,3 +202,17 @@ fn every_published_report_says_what_produced_it() {
         assert!(dated, "{} has no date", report.display());
     }
 }
+
+#[test]
+fn the_tree_is_formatted() {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["fmt", "--all", "--check"])
+        .current_dir(project_root())
+        .output()
+        .expect("running cargo fmt");
+    assert!(
+        output.status.success(),
+        "run `cargo fmt --all`; these differ:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
