@@ -193,10 +193,13 @@ pub fn campaign(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Summ
     summary
 }
 
+/// The input being run and when it started, shared with the watchdog.
+type Running = Arc<Mutex<Option<(Instant, Vec<u8>)>>>;
+
 /// Watches the input being run from another thread: if one runs past the hang bound, it
 /// is written out and the process exits with status 3.
-fn watchdog(settings: &Settings) -> Arc<Mutex<Option<(Instant, Vec<u8>)>>> {
-    let current: Arc<Mutex<Option<(Instant, Vec<u8>)>>> = Arc::default();
+fn watchdog(settings: &Settings) -> Running {
+    let current: Running = Arc::default();
     let watched = Arc::clone(&current);
     let (hang, dir) = (settings.hang, settings.failures_dir.clone());
     std::thread::spawn(move || loop {

@@ -11,7 +11,7 @@ impl Rng {
         Rng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -21,11 +21,11 @@ impl Rng {
 
     /// A number below `n` (which must not be 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -117,20 +117,20 @@ fn mutate_chunks(rng: &mut Rng, list: &mut Vec<Chunk>, other: &[u8]) {
 /// One edit of `bytes`.
 pub fn mutate_bytes(rng: &mut Rng, bytes: &mut Vec<u8>, other: &[u8]) {
     if bytes.is_empty() {
-        bytes.push(rng.next() as u8);
+        bytes.push(rng.next_u64() as u8);
         return;
     }
     let at = rng.below(bytes.len());
     match rng.below(11) {
         0 => bytes[at] ^= 1 << rng.below(8),
         1 => {
-            let random = rng.next() as u8;
+            let random = rng.next_u64() as u8;
             bytes[at] = *rng.pick(&[0, 1, 0x7f, 0x80, 0xff, random]);
         }
         2 => bytes[at] = bytes[at].wrapping_add(rng.below(5) as u8).wrapping_sub(2),
         3 => {
             let count = 1 + rng.below(8);
-            let inserted: Vec<u8> = (0..count).map(|_| rng.next() as u8).collect();
+            let inserted: Vec<u8> = (0..count).map(|_| rng.next_u64() as u8).collect();
             bytes.splice(at..at, inserted);
         }
         4 => {

@@ -206,7 +206,9 @@ fn reads(report: &mut Report, stored: &[u8]) {
     }
     let picked = [changes.first(), changes.get(changes.len() / 2), changes.last()];
     for change in picked.into_iter().flatten() {
-        let Some(at) = report.call("heads::parse", || heads::parse(&[change.hash.clone()])) else {
+        let Some(at) =
+            report.call("heads::parse", || heads::parse(std::slice::from_ref(&change.hash)))
+        else {
             continue;
         };
         report.call("history::changes", || history::changes(&doc, Some(&at)));

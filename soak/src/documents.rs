@@ -92,7 +92,7 @@ impl Catalogue {
     /// when the set has them, the others small.
     pub fn for_id(&self, id: i64) -> &Document {
         let id = id as usize;
-        if id % 10 == 0 && !self.large.is_empty() {
+        if id.is_multiple_of(10) && !self.large.is_empty() {
             &self.large[(id / 10) % self.large.len()]
         } else if id % 10 == 5 && !self.medium.is_empty() {
             &self.medium[(id / 10) % self.medium.len()]

@@ -192,7 +192,7 @@ impl State {
         let growth = (self.config.final_documents - self.config.initial_documents) as f64;
         let target = (self.config.initial_documents as f64 + growth * progress).floor() as i64;
         let next = self.next_id.load(Ordering::SeqCst);
-        if next - 1 >= target {
+        if next > target {
             return None;
         }
         self.next_id.compare_exchange(next, next + 1, Ordering::SeqCst, Ordering::SeqCst).ok()

@@ -820,7 +820,7 @@ fn byte_count(bytes: i64) -> String {
     let digits = bytes.unsigned_abs().to_string();
     let mut grouped = String::new();
     for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push(',');
         }
         grouped.push(digit);

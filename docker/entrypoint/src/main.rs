@@ -137,9 +137,9 @@ fn create_database(pgdata: &Path, user: &str, database: &str) -> Result<(), Stri
         .map_err(|e| format!("starting postgres --single: {e}"))?;
     let quoted = database.replace('"', "\"\"");
     let owner = user.replace('"', "\"\"");
-    write!(
+    writeln!(
         single.stdin.take().expect("stdin is piped"),
-        "CREATE DATABASE \"{quoted}\" OWNER \"{owner}\";\n"
+        "CREATE DATABASE \"{quoted}\" OWNER \"{owner}\";"
     )
     .map_err(|e| format!("sending CREATE DATABASE: {e}"))?;
     let status = single.wait().map_err(|e| e.to_string())?;

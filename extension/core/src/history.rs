@@ -26,9 +26,8 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
     Ok(doc
         .get_changes(since)
         .into_iter()
-        .map(|change| {
+        .inspect(|_change| {
             crate::interrupts::check();
-            change
         })
         .map(|change| ChangeInfo {
             hash: change.hash().to_string(),
@@ -38,7 +37,7 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
             op_count: change.len() as u64,
             time_ms: change.timestamp(),
             message: change.message().map(str::to_string),
-            deps: heads::to_hex(&change.deps()),
+            deps: heads::to_hex(change.deps()),
             bytes: change.raw_bytes().to_vec(),
         })
         .collect())

@@ -17,7 +17,7 @@ pub fn parse(text: &str) -> Result<Vec<u8>, Error> {
         Error::InvalidText("the value must start with \\x followed by hex digits".into())
     })?;
     let compact: String = digits.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    if compact.len() % 2 != 0 {
+    if !compact.len().is_multiple_of(2) {
         return Err(Error::InvalidText("odd number of hex digits".into()));
     }
     hex::decode(&compact).map_err(|err| Error::InvalidText(err.to_string()))

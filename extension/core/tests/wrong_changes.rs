@@ -178,7 +178,7 @@ const MAX_SAMPLES: usize = 300;
 /// Writes the payload of an accepted value, named by its heads, now and then.
 fn sample(label: &str, stored: &[u8], every: usize, count: &mut usize) {
     *count += 1;
-    if *count % every != 0 {
+    if !(*count).is_multiple_of(every) {
         return;
     }
     let dir = samples_dir();
