@@ -50,6 +50,12 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     let mut summary: Vec<String> = Vec::new();
     let mut total = Counts::default();
 
+    let lints = step("lints: clippy on every crate and target, warnings denied", || {
+        clippy(flags.pg.majors()[0])
+    })?;
+    summary.push(format!("lints: {lints}"));
+    total += lints;
+
     let core = step("core crates: unit tests and properties", || {
         let mut cargo = Command::new("cargo");
         // The extension's tests need a backend and the snapshots a cluster: both run per major;
@@ -136,6 +142,28 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         bail!("{} test(s) failed", total.failed);
     }
     Ok(())
+}
+
+/// `cargo clippy -- -D warnings` over the workspace, the extension built for `major`: one
+/// pass, or one failure with clippy's messages shown.
+fn clippy(major: PgMajor) -> Result<Counts> {
+    let feature = format!("pg{}", major.number());
+    let runs: [&[&str]; 2] = [
+        &["--workspace", "--exclude", "pg_automerge"],
+        &["-p", "pg_automerge", "--no-default-features", "--features", &feature],
+    ];
+    for args in runs {
+        let status = Command::new("cargo")
+            .arg("clippy")
+            .args(args)
+            .args(["--all-targets", "--", "-D", "warnings"])
+            .current_dir(project_root())
+            .status()?;
+        if !status.success() {
+            return Ok(Counts { passed: 0, failed: 1 });
+        }
+    }
+    Ok(Counts { passed: 1, failed: 0 })
 }
 
 fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
