@@ -147,10 +147,13 @@ fn previous_changes(doc: &Automerge, added: &[ChangeMetadata<'_>]) -> Previous {
     if wanted.is_empty() {
         return found;
     }
-    // The actors' previous changes are mostly among the added ones' dependencies; the walk
-    // over every change's metadata (no operations) is for the rest.
-    for change in added {
-        let key = (change.actor.clone().into_owned(), change.seq);
+    // The actors' previous changes are mostly among the added changes or their direct
+    // dependencies (a client's own last change is one of its heads); the walk over every
+    // change's metadata (no operations) is for the rest.
+    let dependencies = added.iter().flat_map(|change| &change.deps);
+    let near = dependencies.filter_map(|dep| no_panic(|| doc.get_change_meta_by_hash(dep)).ok()?);
+    for change in added.iter().cloned().chain(near) {
+        let key = (change.actor.into_owned(), change.seq);
         if wanted.contains(&key) {
             found.insert(key, change.hash);
         }
