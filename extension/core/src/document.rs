@@ -76,8 +76,13 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
 /// Automerge's save refuses (panics on) documents it considers inconsistent, such as one
 /// listing an actor that no change uses.
 pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
-    let saved = no_panic(|| doc.save()).map_err(Error::NotAutomerge)?;
+    let saved = save(doc)?;
     encode_loaded(doc, keep_json, &saved, 0)
+}
+
+/// The document's Automerge save, as clients load it.
+pub fn save(doc: &Automerge) -> Result<Vec<u8>, Error> {
+    no_panic(|| doc.save()).map_err(Error::NotAutomerge)
 }
 
 /// The stored form of `doc`, whose Automerge bytes are `payload` (a save, then

@@ -2,6 +2,7 @@
 
 use automerge::{Automerge, ChangeHash};
 
+use crate::guard::no_panic;
 use crate::{heads, Error};
 
 /// One change, as `automerge_changes` lists it.
@@ -23,8 +24,8 @@ pub struct ChangeInfo {
 pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<ChangeInfo>, Error> {
     let since = since.unwrap_or(&[]);
     heads::require_known(doc, since)?;
-    Ok(doc
-        .get_changes(since)
+    let changes = no_panic(|| doc.get_changes(since)).map_err(Error::CorruptStoredValue)?;
+    Ok(changes
         .into_iter()
         .inspect(|_change| {
             crate::interrupts::check();
@@ -47,7 +48,7 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
 /// incremental save it can load with `loadIncremental`.
 pub fn catch_up(doc: &Automerge, since: &[ChangeHash]) -> Result<Vec<u8>, Error> {
     heads::require_known(doc, since)?;
-    Ok(doc.save_after(since))
+    no_panic(|| doc.save_after(since)).map_err(Error::CorruptStoredValue)
 }
 
 #[cfg(test)]

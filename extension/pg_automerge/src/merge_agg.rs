@@ -73,7 +73,9 @@ fn automerge_merge_agg_combine(
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
-    state_doc(&mut state).map(|doc| doc.save()).unwrap_or_default()
+    state_doc(&mut state)
+        .map(|doc| document::save(doc).or_raise("automerge_merge_agg_serialize"))
+        .unwrap_or_default()
 }
 
 /// Postgres calls this in a per-row context and hands the result to the combine function,
