@@ -22,7 +22,7 @@ use crate::project_root;
 use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
-use crate::soak::remove_leftover_containers;
+use crate::soak::{remove_leftover_containers, run_label};
 use crate::step::{note, step};
 
 /// How many tests passed and failed.
@@ -210,13 +210,17 @@ fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
         return Ok(Err(reason));
     }
     let tag = image::build(sh, image::DEBOOTSTRAP_BASE, true)?;
-    remove_leftover_containers(sh, "container-tests")?;
+    let run = run_label("container-tests");
+    remove_leftover_containers(sh, &run)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
         .env("PG_AUTOMERGE_IMAGE", &tag)
+        .env("PG_AUTOMERGE_RUN", &run)
         .current_dir(project_root());
-    Ok(Ok(counted(tests)?))
+    let counts = counted(tests);
+    remove_leftover_containers(sh, &run)?;
+    Ok(Ok(counts?))
 }
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
