@@ -10,6 +10,7 @@ mod fixtures;
 mod flags;
 mod fuzz;
 mod image;
+mod install;
 mod postgres;
 mod provenance;
 mod reliability;

@@ -17,6 +17,7 @@ use crate::doc_examples;
 use crate::flags::{BenchScale, SetupFlags, TestFlags};
 use crate::fuzz;
 use crate::image;
+use crate::install::PgInstall;
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
@@ -131,7 +132,11 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     Ok(())
 }
 
+/// `cargo pgrx test`, which installs the tests' build into the major's shared install
+/// (as root with `sudo cp`, which rewrites a file in place): the library is unlinked first,
+/// so that servers that mapped it keep their copy and the install makes a new file.
 fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    PgInstall::shared(major).unlink_library()?;
     let mut pgrx = Command::new("cargo");
     pgrx.args(["pgrx", "test", &major.pgrx_name()])
         .current_dir(project_root().join("extension/pg_automerge"));
@@ -164,7 +169,7 @@ fn node_client_dependencies(sh: &Shell) -> Result<()> {
 /// function's psql output, on a fresh database with the sample documents, against the
 /// extension that the pgrx tests just installed.
 fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
-    let cluster: Cluster = start_with_samples(sh, major, "test", Fresh::Yes)?;
+    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "test")?, Fresh::Yes)?;
     let checks = doc_examples::check_all(&cluster).and_then(|examples| {
         let mut snapshots = Command::new("cargo");
         snapshots
@@ -187,7 +192,7 @@ const HOSTILE_PREFIX: &str = "hostile_";
 /// operations or inflate to gigabytes, cancels) through a fresh cluster of its own, one
 /// test at a time, the last of which reads the server log for backends that died.
 fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
-    let cluster: Cluster = start_with_samples(sh, major, "hostile", Fresh::Yes)?;
+    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "hostile")?, Fresh::Yes)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--test", "hostile_inputs"])
