@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::postgres::PgMajor;
@@ -228,4 +228,32 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The file a running server mapped as `library`, from its postmaster's memory map: the
+/// path and inode it was opened at, and whether it has been removed or replaced since.
+pub struct MappedLibrary {
+    pub path: PathBuf,
+    pub inode: u64,
+    pub deleted: bool,
+}
+
+pub fn mapped_library(pid: u32) -> Result<MappedLibrary> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .with_context(|| format!("reading the memory map of process {pid}"))?;
+    // address perms offset dev inode path [(deleted)]
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.splitn(6, ' ').collect();
+        let Some(path) = fields.get(5).map(|p| p.trim()) else { continue };
+        if !path.ends_with(&format!("/{EXTENSION}.so"))
+            && !path.ends_with(&format!("/{EXTENSION}.so (deleted)"))
+        {
+            continue;
+        }
+        let deleted = path.ends_with(" (deleted)");
+        let path = PathBuf::from(path.trim_end_matches(" (deleted)"));
+        let inode = fields[4].parse().context("the inode field of /proc/<pid>/maps")?;
+        return Ok(MappedLibrary { path, inode, deleted });
+    }
+    bail!("process {pid} has no {EXTENSION}.so mapped")
 }

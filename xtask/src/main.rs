@@ -16,6 +16,7 @@ mod provenance;
 mod reliability;
 mod run;
 mod setup;
+mod side_by_side;
 mod soak;
 mod step;
 mod test;

@@ -1,7 +1,9 @@
 //! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
 //! extension's #[pg_test]s, the documentation's SQL examples, the cluster tests and the
-//! multi-cluster reliability step (`reliability.rs`). Prints summary lines per major and a
-//! closing `N passed, N failed` line.
+//! multi-cluster reliability step (`reliability.rs`); on PostgreSQL 17 all of it beside a
+//! cluster made as `run` makes its own, which must come through unharmed
+//! (`side_by_side.rs`). Prints summary lines per major and a closing `N passed, N failed`
+//! line.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -23,6 +25,7 @@ use crate::project_root;
 use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
+use crate::side_by_side;
 use crate::soak::{remove_leftover_containers, run_label};
 use crate::step::{note, step};
 
@@ -75,6 +78,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
 
     for major in flags.pg.majors() {
+        // The whole step of this major runs beside a cluster made as `run` makes its own.
+        let beside = (major == side_by_side::MAJOR)
+            .then(|| {
+                step(&format!("{major}: a run cluster beside the tests"), || {
+                    side_by_side::start(sh)
+                })
+            })
+            .transpose()?;
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
         let (examples, cluster) =
             step(&format!("{major}: documentation examples and cluster tests"), || {
@@ -102,6 +113,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
         summary.push(format!("{major}: hostile inputs: {hostile}"));
         total += hostile;
+        if let Some(beside) = beside {
+            let unharmed =
+                step(&format!("{major}: the run cluster beside the tests is unharmed"), || {
+                    side_by_side::check(beside)
+                })?;
+            summary.push(format!("{major}: a run cluster beside the tests: {unharmed}"));
+            total += unharmed;
+        }
     }
 
     // Every bench runs once on the small fixtures: no timing is checked, only that each
