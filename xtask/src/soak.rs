@@ -143,3 +143,21 @@ fn left_by_a_dead_run(label: &str, run: &str) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftovers_are_only_those_of_killed_runs_of_the_same_kind_and_checkout() {
+        let own = run_label("container-tests");
+        let checkout = checkout_id();
+        // No process has this id (above Linux's pid_max limit of 2^22).
+        let dead = format!("container-tests.{checkout}.{}", 1 << 23);
+        assert!(left_by_a_dead_run(&dead, &own));
+        assert!(!left_by_a_dead_run(&format!("soak.{checkout}.{}", 1 << 23), &own));
+        assert!(!left_by_a_dead_run(&format!("container-tests.other.{}", 1 << 23), &own));
+        assert!(!left_by_a_dead_run(&own, &own), "this process is alive");
+        assert!(!left_by_a_dead_run("a user's label", &own));
+    }
+}
