@@ -135,9 +135,9 @@ impl Cluster {
             .is_ok_and(|s| s.success())
     }
 
-    /// Brings a cluster that exists back up, whatever state it was left in, saying what it
-    /// found: stopped; down after a crash or a restart of the machine (a stale
-    /// `postmaster.pid`); or a postmaster that no longer answers, which is stopped first.
+    /// Starts a cluster whatever state it was left in, saying what it found when that was
+    /// not a clean stop: down after a crash or a restart of the machine (a stale
+    /// `postmaster.pid`), or a postmaster that no longer answers, which is stopped first.
     /// A cluster that runs and answers is left alone.
     pub fn ensure_up(&self) -> Result<()> {
         if let Some(pid) = self.postmaster() {
@@ -164,8 +164,6 @@ impl Cluster {
                 self.major,
                 self.log_file().display()
             ));
-        } else if self.data_dir().join("PG_VERSION").exists() {
-            note(format!("starting the {} cluster in {} again", self.major, self.dir.display()));
         }
         self.start_after_crash()
     }
