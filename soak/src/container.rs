@@ -23,7 +23,8 @@ pub struct ServerOptions {
     /// Extra `-c name=value` server settings.
     pub settings: Vec<(String, String)>,
     /// Names the run in the container's label [`RUN_LABEL`], by which xtask removes the
-    /// leftovers of an interrupted run of the same name and no other container.
+    /// containers this run, or an interrupted run of the same checkout, left behind, and
+    /// no other container.
     pub run: String,
 }
 

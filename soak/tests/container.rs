@@ -10,9 +10,14 @@ use soak::container::{Server, ServerOptions};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
-/// The run label of these tests' containers, which `cargo xtask test` clears beforehand.
-const TEST_RUN: &str = "container-tests";
+/// The run label of these tests' containers: `cargo xtask test` names one of its own in
+/// this variable, by which it removes the containers this run leaves behind and no other.
+const RUN_ENV: &str = "PG_AUTOMERGE_RUN";
 const MEMORY_LIMIT: u64 = 1 << 30;
+
+fn test_run() -> String {
+    std::env::var(RUN_ENV).unwrap_or_else(|_| format!("container-tests.{}", std::process::id()))
+}
 
 fn image() -> String {
     std::env::var(IMAGE_ENV).unwrap_or_else(|_| {
@@ -25,7 +30,7 @@ async fn server() -> Server {
         image: image(),
         memory_bytes: Some(MEMORY_LIMIT),
         settings: Vec::new(),
-        run: TEST_RUN.into(),
+        run: test_run(),
     })
     .await
     .expect("the image starts")
@@ -136,7 +141,7 @@ async fn a_short_soak_keeps_every_invariant() {
     let results_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/soak-test");
     let outcome = soak::run(soak::Config {
         image: image(),
-        run: TEST_RUN.into(),
+        run: test_run(),
         duration_secs: 150,
         memory_bytes: MEMORY_LIMIT,
         connections: 8,

@@ -15,11 +15,13 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use xshell::Shell;
 
+use crate::cluster::Cluster;
 use crate::flags::{BenchFlags, BenchScale, SetupFlags};
+use crate::install::PgInstall;
 use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
-use crate::run::{install_extension, start_with_samples, Fresh, DATABASE};
+use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
 use crate::step::{note, step};
 use crate::{chart, fixtures};
@@ -80,9 +82,11 @@ fn measure(
         fixtures::generate(sh, Some(scale))
     })?;
     // The extension as users run it; a quick run reuses the debug build the tests made.
-    step(&format!("install the extension into {major}"), || install_extension(sh, major, !quick))?;
+    step(&format!("install the extension into {major}"), || {
+        PgInstall::shared(major).install_extension(sh, !quick)
+    })?;
     let cluster = step(&format!("start a {major} cluster for the SQL benches"), || {
-        start_with_samples(sh, major, "bench", Fresh::Yes)
+        start_with_samples(Cluster::new(sh, major, "bench")?, Fresh::Yes)
     })?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
     let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;

@@ -10,8 +10,10 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::install::PgInstall;
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
+use crate::step::note;
 
 /// The database user every cluster is initialised with.
 pub const SUPERUSER: &str = "postgres";
@@ -21,6 +23,8 @@ pub struct Cluster {
     /// Holds `data/`, the server log, the socket and the port file.
     pub dir: PathBuf,
     pub port: u16,
+    /// The install whose server programs (and so libraries) the cluster runs.
+    pub install: PgInstall,
     /// Server settings beyond the ones every cluster gets, as `-c name=value` options.
     settings: Vec<String>,
 }
@@ -43,7 +47,13 @@ impl Cluster {
         if let Some(user) = cluster_user() {
             cmd!(sh, "chown -R {user} {dir}").quiet().run()?;
         }
-        Ok(Cluster { major, dir, port, settings: Vec::new() })
+        Ok(Cluster { major, dir, port, install: PgInstall::shared(major), settings: Vec::new() })
+    }
+
+    /// This cluster, run from `install` rather than from the major's shared install.
+    pub fn with_install(mut self, install: PgInstall) -> Cluster {
+        self.install = install;
+        self
     }
 
     /// This cluster, started with `name = value` as well (`wal_level = logical`, say).
@@ -60,9 +70,9 @@ impl Cluster {
         self.dir.join("server.log")
     }
 
-    /// A command that runs `program` from this major's bindir as the cluster user.
+    /// A command that runs `program` from this cluster's install as the cluster user.
     fn server_command(&self, program: &str) -> Command {
-        let path = self.major.bindir().join(program);
+        let path = self.install.bindir().join(program);
         match cluster_user() {
             Some(user) => {
                 let mut command = Command::new("sudo");
@@ -96,15 +106,77 @@ impl Cluster {
     }
 
     pub fn is_running(&self) -> bool {
-        let mut status = self.server_command("pg_ctl");
-        status.arg("status").arg("--pgdata").arg(self.data_dir());
-        status.stdout(Stdio::null()).stderr(Stdio::null());
-        status.status().is_ok_and(|s| s.success())
+        self.postmaster().is_some()
+    }
+
+    /// The process id of this cluster's postmaster, when it runs: the first line of
+    /// `postmaster.pid`, if that process works in this data directory. After a crash or a
+    /// restart of the machine the file stays, and its number may belong to another process
+    /// by then (which `pg_ctl status` would take for the server).
+    pub fn postmaster(&self) -> Option<u32> {
+        let pid = self.postmaster_pid().ok()?;
+        let cwd = fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        (fs::canonicalize(self.data_dir()).ok()? == cwd).then_some(pid)
+    }
+
+    /// The number in a `postmaster.pid` left behind by a postmaster that is gone.
+    pub fn stale_postmaster_pid(&self) -> Option<u32> {
+        self.postmaster().is_none().then(|| self.postmaster_pid().ok()).flatten()
+    }
+
+    /// Whether the server accepts connections within `seconds` (`pg_isready`).
+    pub fn answers(&self, seconds: u32) -> bool {
+        Command::new(self.major.bindir().join("pg_isready"))
+            .args(self.server_args())
+            .args(["-t", &seconds.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts a cluster whatever state it was left in, saying what it found when that was
+    /// not a clean stop: down after a crash or a restart of the machine (a stale
+    /// `postmaster.pid`), or a postmaster that no longer answers, which is stopped first.
+    /// A cluster that runs and answers is left alone.
+    pub fn ensure_up(&self) -> Result<()> {
+        if let Some(pid) = self.postmaster() {
+            // A server in crash recovery rejects connections for a while, then answers.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                if self.answers(5) {
+                    return Ok(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            note(format!(
+                "the {} cluster's postmaster (process {pid}) runs but has not answered for a \
+                 minute: stopping it and starting it again (server log: {})",
+                self.major,
+                self.log_file().display()
+            ));
+            self.stop()?;
+        } else if let Ok(pid) = self.postmaster_pid() {
+            note(format!(
+                "the {} cluster was down: its postmaster (process {pid}) is gone without \
+                 shutting down (a crash, or the machine restarted); starting it again \
+                 (server log: {})",
+                self.major,
+                self.log_file().display()
+            ));
+        }
+        self.start_after_crash()
     }
 
     pub fn start(&self) -> Result<()> {
         if self.is_running() {
             return Ok(());
+        }
+        // The lock file of a server that is gone. PostgreSQL removes it itself unless its
+        // number now belongs to another process, as it may after the machine restarted.
+        let lock = self.data_dir().join("postmaster.pid");
+        if lock.exists() {
+            fs::remove_file(&lock).with_context(|| format!("removing {}", lock.display()))?;
         }
         // TCP only: a Unix socket under a deep checkout would pass the 107-byte path limit.
         let options = format!(
@@ -135,13 +207,17 @@ impl Cluster {
         if !self.is_running() {
             return Ok(());
         }
-        let mut stop = self.server_command("pg_ctl");
-        stop.arg("stop")
-            .arg("--wait")
-            .args(["--mode", "fast"])
-            .arg("--pgdata")
-            .arg(self.data_dir());
-        run_quietly(stop, "pg_ctl stop")
+        let pg_ctl_stop = |mode: &str| {
+            let mut stop = self.server_command("pg_ctl");
+            stop.arg("stop")
+                .arg("--wait")
+                .args(["--mode", mode])
+                .arg("--pgdata")
+                .arg(self.data_dir());
+            run_quietly(stop, &format!("pg_ctl stop --mode {mode}"))
+        };
+        // A server that does not finish its fast shutdown in pg_ctl's minute is stopped at once.
+        pg_ctl_stop("fast").or_else(|_| pg_ctl_stop("immediate"))
     }
 
     /// Starts the cluster after it crashed, retrying while the children of a killed

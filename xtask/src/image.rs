@@ -12,6 +12,7 @@ use xshell::{cmd, Shell};
 
 use crate::debian_source::mirror;
 use crate::flags::ImageFlags;
+use crate::install;
 use crate::postgres::{cache_dir, is_root, PgMajor};
 use crate::project_root;
 use crate::step::{note, step};
@@ -197,14 +198,8 @@ fn import(root: &Path, tag: &str) -> Result<()> {
 fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
     let profile = if debug { "debug" } else { "release" };
     let docker_dir = project_root().join("target/docker");
-    let package = docker_dir.join(format!("package-{profile}"));
+    let package = install::package(sh, IMAGE_MAJOR, !debug, "image")?;
     let pg_config = IMAGE_MAJOR.pg_config();
-    {
-        let _dir = sh.push_dir("extension/pg_automerge");
-        let debug_flag = debug.then_some("--debug");
-        cmd!(sh, "cargo pgrx package {debug_flag...} --pg-config {pg_config} --out-dir {package}")
-            .run()?;
-    }
     let release_flag = (!debug).then_some("--release");
     cmd!(sh, "cargo build --quiet {release_flag...} -p pg_automerge_entrypoint").run()?;
 

@@ -6,7 +6,6 @@
 //! must install and upgrade to what a fresh install of the current version creates.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use tokio_postgres::NoTls;
 use xshell::Shell;
 
 use crate::cluster::{sigkill, Cluster};
+use crate::install;
 use crate::postgres::PgMajor;
 use crate::step::note;
 use crate::test::Counts;
@@ -585,7 +585,7 @@ fn frozen_script_matches(primary: &Cluster, current: &str) -> Result<()> {
 fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) -> Result<usize> {
     let fresh = fresh_catalog(primary)?;
     let upgrades = versions::upgrades()?;
-    let extension_dir = sharedir(primary.major)?.join("extension");
+    let extension_dir = primary.install.extension_dir()?;
     for version in older {
         // pgrx installs the current version's script and the upgrade scripts, not the
         // install scripts of older versions: put the frozen one beside them.
@@ -593,7 +593,8 @@ fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) ->
             .with_context(|| format!("no upgrade scripts lead from {version} to {current}"))?;
         note(format!("upgrading through {}", chain.join(" -> ")));
         let name = versions::install_script_name(version);
-        std::fs::write(extension_dir.join(&name), versions::install_script(version)?)
+        let script = versions::install_script(version)?;
+        install::write_file(&extension_dir.join(&name), script.as_bytes(), None)
             .with_context(|| format!("installing {name}"))?;
         let database = format!("upgrade_from_{}", version.replace(['.', '-'], "_"));
         primary.psql(
@@ -658,12 +659,6 @@ fn upgrade_from_releases(primary: &Cluster, current: &str, older: &[&String]) ->
 const OLD_DOCUMENT_READS: &str =
     "SELECT name, automerge_heads(doc), doc::jsonb, encode(sha256(doc::bytea), 'hex') \
     FROM old_documents ORDER BY name;";
-
-fn sharedir(major: PgMajor) -> Result<std::path::PathBuf> {
-    let output = Command::new(major.pg_config()).arg("--sharedir").output()?;
-    ensure!(output.status.success(), "pg_config --sharedir failed");
-    Ok(String::from_utf8(output.stdout)?.trim().into())
-}
 
 fn same_output_between(
     left: &Cluster,

@@ -1,12 +1,16 @@
-//! `cargo xtask run`: the main job. Builds and installs the extension, starts a local
-//! cluster with `CREATE EXTENSION pg_automerge` done and sample documents loaded, and
-//! prints the psql line to connect. `run --stop` stops it.
+//! `cargo xtask run`: the main job. Builds the extension and installs it into a private
+//! copy of the PostgreSQL install (so that `cargo xtask test`, which installs its own build
+//! into the shared one, never replaces the library this cluster runs), starts a local
+//! cluster from that copy with `CREATE EXTENSION pg_automerge` done and sample documents
+//! loaded, and prints the psql line to connect. A cluster of its own that is down (a crash,
+//! a restart of the machine) is started again. `run --stop` stops it.
 
 use anyhow::Result;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
-use crate::cluster::Cluster;
+use crate::cluster::{clusters_dir, Cluster};
 use crate::flags::{RunFlags, SetupFlags};
+use crate::install::PgInstall;
 use crate::postgres::PgMajor;
 use crate::setup;
 use crate::step::{note, step};
@@ -16,15 +20,24 @@ pub const DATABASE: &str = "pg_automerge";
 
 const PURPOSE: &str = "run";
 
+/// The private install of the `purpose` cluster of `major`: a copy of the major's server,
+/// beside the cluster's directory, which only this purpose installs into.
+pub fn private_install(sh: &Shell, major: PgMajor, purpose: &str) -> Result<PgInstall> {
+    let root = clusters_dir(sh)?.join(format!("{purpose}-pg{}-install", major.number()));
+    PgInstall::private(major, &root)
+}
+
 pub fn run(sh: &Shell, flags: &RunFlags) -> Result<()> {
     if flags.stop {
         return stop_all(sh);
     }
     let major = flags.pg;
     setup::run(sh, &SetupFlags { pg: major.into() })?;
-    step("build and install the extension (release)", || install_extension(sh, major, true))?;
+    let install =
+        step(&format!("{major}: run's private install"), || private_install(sh, major, PURPOSE))?;
+    step("build and install the extension (release)", || install.install_extension(sh, true))?;
     let cluster = step(&format!("start a {major} cluster with sample documents"), || {
-        start_with_samples(sh, major, PURPOSE, Fresh::No)
+        start_with_samples(Cluster::new(sh, major, PURPOSE)?.with_install(install), Fresh::No)
     })?;
     println!();
     println!("{major} is running with pg_automerge and the table sample_documents. Connect with:");
@@ -35,23 +48,22 @@ pub fn run(sh: &Shell, flags: &RunFlags) -> Result<()> {
     Ok(())
 }
 
+/// Stops `run`'s clusters that run. Stopping needs no install of their own: `pg_ctl stop`
+/// only signals the postmaster.
 fn stop_all(sh: &Shell) -> Result<()> {
     for major in PgMajor::ALL {
         let cluster = Cluster::new(sh, major, PURPOSE)?;
         if cluster.is_running() {
             cluster.stop()?;
             println!("stopped the {major} cluster in {}", cluster.dir.display());
+        } else if let Some(pid) = cluster.stale_postmaster_pid() {
+            println!(
+                "the {major} cluster in {} was already down (its postmaster, process {pid}, \
+                 is gone: a crash, or the machine restarted)",
+                cluster.dir.display()
+            );
         }
     }
-    Ok(())
-}
-
-/// Builds the extension and installs it into `major`'s PostgreSQL.
-pub fn install_extension(sh: &Shell, major: PgMajor, release: bool) -> Result<()> {
-    let _dir = sh.push_dir("extension/pg_automerge");
-    let pg_config = major.pg_config();
-    let release = release.then_some("--release");
-    cmd!(sh, "cargo pgrx install {release...} --pg-config {pg_config}").run()?;
     Ok(())
 }
 
@@ -62,20 +74,14 @@ pub enum Fresh {
     No,
 }
 
-/// Starts the `purpose` cluster of `major` (initialising it the first time), creates the
-/// database with the extension, and (re)loads the sample documents.
-pub fn start_with_samples(
-    sh: &Shell,
-    major: PgMajor,
-    purpose: &str,
-    fresh: Fresh,
-) -> Result<Cluster> {
-    let cluster = Cluster::new(sh, major, purpose)?;
+/// Starts `cluster` (initialising it the first time, and starting it again when it was
+/// left down), creates the database with the extension, and (re)loads the sample documents.
+pub fn start_with_samples(cluster: Cluster, fresh: Fresh) -> Result<Cluster> {
     if fresh == Fresh::Yes {
         cluster.wipe()?;
     }
     cluster.init()?;
-    cluster.start()?;
+    cluster.ensure_up()?;
     cluster.psql(
         "postgres",
         &format!(

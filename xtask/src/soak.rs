@@ -8,11 +8,12 @@ use std::process::Command;
 use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
+use crate::cluster::checkout_id;
 use crate::flags::{OnOff, SoakFlags};
 use crate::image;
 use crate::project_root;
 use crate::provenance::Provenance;
-use crate::step::step;
+use crate::step::{note, step};
 
 /// The full-length run, whose report is `results/soak-<date>/`.
 const FULL_LENGTH_SECS: u64 = 70 * 60;
@@ -29,13 +30,14 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
     let provenance =
         Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
     let name = results_name(flags, &provenance.date);
-    remove_leftover_containers(sh, &name)?;
+    let run = run_label("soak");
+    remove_leftover_containers(sh, &run)?;
     let results_dir = project_root().join("results").join(&name);
     // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
     let growth = 2500 * flags.duration.as_secs().min(FULL_LENGTH_SECS) / FULL_LENGTH_SECS;
     let config = serde_json::json!({
         "image": tag,
-        "run": name,
+        "run": run,
         "duration_secs": flags.duration.as_secs(),
         "memory_bytes": flags.memory,
         "connections": flags.connections,
@@ -56,7 +58,9 @@ pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
             .args(["run", "--quiet", "--release", "-p", "soak", "--"])
             .arg(config.to_string())
             .current_dir(project_root())
-            .status()?;
+            .status();
+        remove_leftover_containers(sh, &run)?;
+        let status = status?;
         if !status.success() {
             bail!("the soak failed ({status}); see {}", results_dir.display());
         }
@@ -93,16 +97,67 @@ fn command_line() -> String {
     format!("cargo xtask {}", args.join(" "))
 }
 
-/// Containers that an interrupted run of the same name left behind (testcontainers labels
-/// all of its own; the soak crate adds the run's name), and no other: runs of other names,
-/// and the tests, may be running beside this one.
+/// The run label of this process's containers of kind `kind` ("soak", "container-tests"):
+/// `<kind>.<checkout>.<process id>`, which no other checkout's run, and no container a user
+/// started, carries.
+pub fn run_label(kind: &str) -> String {
+    format!("{kind}.{}.{}", checkout_id(), std::process::id())
+}
+
+/// Removes the containers that `run` (a [`run_label`]) left behind, and those of runs of the
+/// same kind from this checkout whose xtask process is gone (killed before testcontainers
+/// removed its containers); never another's: the runs of other checkouts or kinds, and a
+/// user's containers, may be running beside this one.
 pub fn remove_leftover_containers(sh: &Shell, run: &str) -> Result<()> {
     let managed = "label=org.testcontainers.managed-by=testcontainers";
-    let named = format!("label=org.pg_automerge.run={run}");
-    let leftovers = cmd!(sh, "docker ps -aq --filter {managed} --filter {named}").quiet().read()?;
-    let ids: Vec<&str> = leftovers.split_whitespace().collect();
+    let labelled = "label=org.pg_automerge.run";
+    let format = "{{.ID}} {{.Label \"org.pg_automerge.run\"}}";
+    let listed = cmd!(sh, "docker ps -a --filter {managed} --filter {labelled} --format {format}")
+        .quiet()
+        .read()?;
+    let ids: Vec<&str> = listed
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, label)| *label == run || left_by_a_dead_run(label, run))
+        .map(|(id, _)| id)
+        .collect();
     if !ids.is_empty() {
+        note(format!("removing {} container(s) left by {run} or a killed run like it", ids.len()));
         cmd!(sh, "docker rm -f {ids...}").quiet().ignore_stdout().run()?;
     }
     Ok(())
+}
+
+/// Whether `label` names a run of the same kind and checkout as `run` whose process is gone.
+fn left_by_a_dead_run(label: &str, run: &str) -> bool {
+    let split = |label: &str| {
+        label.rsplit_once('.').map(|(rest, pid)| (rest.to_string(), pid.parse::<i32>()))
+    };
+    match (split(label), split(run)) {
+        (Some((kind, Ok(pid))), Some((own_kind, _))) if kind == own_kind => {
+            // SAFETY: kill(2) with signal 0 only checks that the process exists.
+            let exists = unsafe { libc::kill(pid, 0) } == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+            !exists
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftovers_are_only_those_of_killed_runs_of_the_same_kind_and_checkout() {
+        let own = run_label("container-tests");
+        let checkout = checkout_id();
+        // No process has this id (above Linux's pid_max limit of 2^22).
+        let dead = format!("container-tests.{checkout}.{}", 1 << 23);
+        assert!(left_by_a_dead_run(&dead, &own));
+        assert!(!left_by_a_dead_run(&format!("soak.{checkout}.{}", 1 << 23), &own));
+        assert!(!left_by_a_dead_run(&format!("container-tests.other.{}", 1 << 23), &own));
+        assert!(!left_by_a_dead_run(&own, &own), "this process is alive");
+        assert!(!left_by_a_dead_run("a user's label", &own));
+    }
 }

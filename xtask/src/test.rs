@@ -1,7 +1,9 @@
 //! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
 //! extension's #[pg_test]s, the documentation's SQL examples, the cluster tests and the
-//! multi-cluster reliability step (`reliability.rs`). Prints summary lines per major and a
-//! closing `N passed, N failed` line.
+//! multi-cluster reliability step (`reliability.rs`); on PostgreSQL 17 all of it beside a
+//! cluster made as `run` makes its own, which must come through unharmed
+//! (`side_by_side.rs`). Prints summary lines per major and a closing `N passed, N failed`
+//! line.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -17,12 +19,14 @@ use crate::doc_examples;
 use crate::flags::{BenchScale, SetupFlags, TestFlags};
 use crate::fuzz;
 use crate::image;
+use crate::install::PgInstall;
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::setup;
-use crate::soak::remove_leftover_containers;
+use crate::side_by_side;
+use crate::soak::{remove_leftover_containers, run_label};
 use crate::step::{note, step};
 
 /// How many tests passed and failed.
@@ -87,6 +91,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     }
 
     for major in flags.pg.majors() {
+        // The whole step of this major runs beside a cluster made as `run` makes its own.
+        let beside = (major == side_by_side::MAJOR)
+            .then(|| {
+                step(&format!("{major}: a run cluster beside the tests"), || {
+                    side_by_side::start(sh)
+                })
+            })
+            .transpose()?;
         let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
         let (examples, cluster) =
             step(&format!("{major}: documentation examples and cluster tests"), || {
@@ -114,6 +126,14 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
         summary.push(format!("{major}: hostile inputs: {hostile}"));
         total += hostile;
+        if let Some(beside) = beside {
+            let unharmed =
+                step(&format!("{major}: the run cluster beside the tests is unharmed"), || {
+                    side_by_side::check(beside)
+                })?;
+            summary.push(format!("{major}: a run cluster beside the tests: {unharmed}"));
+            total += unharmed;
+        }
     }
 
     // Every bench runs once on the small fixtures: no timing is checked, only that each
@@ -166,7 +186,11 @@ fn clippy(major: PgMajor) -> Result<Counts> {
     Ok(Counts { passed: 1, failed: 0 })
 }
 
+/// `cargo pgrx test`, which installs the tests' build into the major's shared install
+/// (as root with `sudo cp`, which rewrites a file in place): the library is unlinked first,
+/// so that servers that mapped it keep their copy and the install makes a new file.
 fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    PgInstall::shared(major).unlink_library()?;
     let mut pgrx = Command::new("cargo");
     pgrx.args(["pgrx", "test", &major.pgrx_name()])
         .current_dir(project_root().join("extension/pg_automerge"));
@@ -213,7 +237,7 @@ fn node_client_dependencies(sh: &Shell) -> Result<()> {
 /// function's psql output, on a fresh database with the sample documents, against the
 /// extension that the pgrx tests just installed.
 fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
-    let cluster: Cluster = start_with_samples(sh, major, "test", Fresh::Yes)?;
+    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "test")?, Fresh::Yes)?;
     let checks = doc_examples::check_all(&cluster).and_then(|examples| {
         let mut snapshots = Command::new("cargo");
         snapshots
@@ -236,7 +260,7 @@ const HOSTILE_PREFIX: &str = "hostile_";
 /// operations or inflate to gigabytes, cancels) through a fresh cluster of its own, one
 /// test at a time, the last of which reads the server log for backends that died.
 fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
-    let cluster: Cluster = start_with_samples(sh, major, "hostile", Fresh::Yes)?;
+    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "hostile")?, Fresh::Yes)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--test", "hostile_inputs"])
@@ -259,13 +283,17 @@ fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
         return Ok(Err(reason));
     }
     let tag = image::build(sh, image::DEBOOTSTRAP_BASE, true)?;
-    remove_leftover_containers(sh, "container-tests")?;
+    let run = run_label("container-tests");
+    remove_leftover_containers(sh, &run)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
         .env("PG_AUTOMERGE_IMAGE", &tag)
+        .env("PG_AUTOMERGE_RUN", &run)
         .current_dir(project_root());
-    Ok(Ok(counted(tests)?))
+    let counts = counted(tests);
+    remove_leftover_containers(sh, &run)?;
+    Ok(Ok(counts?))
 }
 
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
