@@ -174,7 +174,7 @@ mod tests {
         );
         assert!(all > 4 * one, "one fork {one}, all merged {all}");
         // Each fork alone is admitted; the growing state is not.
-        let limit_mb = (one * 3).div_ceil(1 << 20);
+        let limit_mb = (one * 3 + (1 << 20) - 1) / (1 << 20);
         Spi::run(&format!("SET LOCAL pg_automerge.max_load_memory = '{limit_mb}MB'")).unwrap();
         assert_eq!(sqlstate_of("SELECT doc || doc FROM forks"), "no error");
         let refused = error_of("SELECT merge_agg(doc) FROM forks").expect("refused");

@@ -98,7 +98,7 @@ fn automerge_storage(
         value.payload.len() as i64,
         kept.and_then(|kept| kept.json).map(|json| json.len() as i64),
         kept.map_or(0, |kept| i64::from(kept.appended_changes)),
-        i64::try_from(estimate_stored(&value.summary, value.payload.len()).peak_bytes())
+        i64::try_from(estimate_stored(&value.summary, value.payload).peak_bytes())
             .unwrap_or(i64::MAX),
     );
     TableIterator::once(row)
