@@ -344,8 +344,8 @@ fn bench_query(
 
 fn benches(c: &mut Criterion) {
     let session = Session::connect();
-    // The plain text's load is estimated above the default cap of 1GB: the benches measure
-    // what loads cost, not where an operator would cap them.
+    // Merges of the plain text are estimated above the default cap of 2GB: the benches
+    // measure what loads cost, not where an operator would cap them.
     session.batch("SET pg_automerge.max_load_memory = -1");
     let fixtures = fixtures(false);
     load_tables(&session, &fixtures);

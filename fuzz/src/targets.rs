@@ -165,7 +165,7 @@ pub fn run(input: &[u8], base: &[u8]) -> Report {
     // `doc || bytea`: the input applied to a real document.
     if let Some(estimate) = estimate {
         let base_value = format::decode(base).expect("the base is a valid stored value");
-        let base_estimate = estimate_stored(&base_value.summary, base_value.payload.len());
+        let base_estimate = estimate_stored(&base_value.summary, base_value.payload);
         let bound = base_estimate.peak_bytes().saturating_add(estimate.peak_bytes());
         if let Some(applied) =
             report.measured("writes::apply", bound, || writes::apply(base, input, LOAD_LIMIT))

@@ -90,6 +90,13 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
         total += samples;
     }
 
+    let estimate =
+        step("load estimate against measured peaks (release, small and medium)", || {
+            estimate_peaks(sh)
+        })?;
+    summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
+    total += estimate;
+
     for major in flags.pg.majors() {
         // The whole step of this major runs beside a cluster made as `run` makes its own.
         let beside = (major == side_by_side::MAJOR)
@@ -231,6 +238,27 @@ fn node_client_dependencies(sh: &Shell) -> Result<()> {
     let _dir = sh.push_dir("examples/node-client");
     cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
     Ok(())
+}
+
+/// The load estimate against measured peaks in a release build, on the generated
+/// documents at the small and medium scales (the medium ones cached in target/fixtures)
+/// and on small documents made by `@automerge/automerge` 3 when Node.js is there: the
+/// estimate/peak table of docs/operations.md, at those scales. The operations scale takes
+/// minutes more: `ESTIMATE_PEAKS_SCALES=small,medium,operations` by hand.
+fn estimate_peaks(sh: &Shell) -> Result<Counts> {
+    let mut cargo = Command::new("cargo");
+    cargo
+        .args(["test", "--release", "-p", "pg_automerge_core", "--test", "estimate_peaks"])
+        .args(["realistic", "--", "--nocapture"])
+        .env("ESTIMATE_PEAKS_SCALES", "small,medium")
+        .current_dir(project_root());
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_ok() {
+        let dir = project_root().join("target/js-fixtures-small");
+        let script = project_root().join("examples/node-client/estimate-fixtures.mjs");
+        cmd!(sh, "node {script} {dir} 1000").quiet().run()?;
+        cargo.env("ESTIMATE_PEAKS_JS_FIXTURES", "target/js-fixtures-small");
+    }
+    counted(cargo)
 }
 
 /// Runs the SQL examples of README.md and docs/, then the insta snapshots of every

@@ -200,7 +200,7 @@ pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
 /// when the settings keep it: one load, within the load limit.
 pub fn compact(stored: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
     let value = format::decode(stored)?;
-    settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload.len()))?;
+    settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload))?;
     to_stored(&load_stored(stored)?, settings.keep_json)
 }
 

@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use automerge::ChangeHash;
 
 /// Why a value was refused. The SQL layer maps [`ErrorKind`] to a SQLSTATE.
@@ -33,6 +35,8 @@ pub enum Error {
     #[error("the value at path {path} is {found}, not text")]
     NotText { path: String, found: String },
 
+    /// The message says the estimate and the limit; the HINT, the setting that would admit
+    /// the load.
     #[error(
         "loading this document is estimated to need {} MB, above pg_automerge.max_load_memory ({} MB)",
         .estimate.div_ceil(1 << 20),
@@ -51,6 +55,22 @@ pub enum Error {
          this pg_automerge reads versions up to {supported}"
     )]
     UnsupportedFormatVersion { found: u8, supported: u8 },
+}
+
+/// What a refused load's HINT says: the setting that would admit it. The limit is set in
+/// whole megabytes, at most `i32::MAX` of them.
+fn load_too_large_hint(estimate: u64) -> String {
+    let mb = estimate.div_ceil(1 << 20);
+    if mb <= i32::MAX as u64 {
+        format!(
+            "SET pg_automerge.max_load_memory = '{mb}MB' would admit this document (superusers \
+             only); or the client can send fewer changes at once."
+        )
+    } else {
+        "No limit admits this document but -1, which turns the protection off: it is almost \
+         certainly not a real document."
+            .to_string()
+    }
 }
 
 /// Up to five hashes, then how many more.
@@ -120,8 +140,11 @@ impl Error {
     }
 
     /// A hint for what the user can do, where there is one.
-    pub fn hint(&self) -> Option<&'static str> {
-        match self {
+    pub fn hint(&self) -> Option<Cow<'static, str>> {
+        if let Error::LoadTooLarge { estimate, .. } = self {
+            return Some(Cow::Owned(load_too_large_hint(*estimate)));
+        }
+        let hint: Option<&'static str> = match self {
             Error::NotAutomerge(_) => Some(
                 "Pass the bytes of Automerge save(), saveIncremental() or of encoded changes.",
             ),
@@ -140,10 +163,6 @@ impl Error {
                  full save, or include the missing changes. To apply changes to a stored \
                  document, pass them as bytea: doc || $1::bytea.",
             ),
-            Error::LoadTooLarge { .. } => Some(
-                "The estimate counts the document's operations and changes. A superuser can \
-                 raise pg_automerge.max_load_memory, or the client can send fewer changes at once.",
-            ),
             Error::TooDeep { .. } => Some(
                 "Read the parts you need with the jsonb operators on a path below the deep \
                  nesting, or restructure the document.",
@@ -156,6 +175,7 @@ impl Error {
                 Some("Install the pg_automerge version that wrote this value, or a newer one.")
             }
             _ => None,
-        }
+        };
+        hint.map(Cow::Borrowed)
     }
 }

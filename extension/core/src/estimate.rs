@@ -23,21 +23,24 @@
 //!
 //! # Calibration
 //!
-//! The costs below were fitted (`tests/estimate_peaks.rs`, `calibrate`) to the peaks that
-//! automerge 0.12 loads reach, measured with the counting allocator: rich text, lists of
-//! maps, text edited and deleted by several actors, counters, conflicts, many small
-//! changes, single big changes, big string values, each as `save()`, as change chunks, as
-//! deflated change chunks and as a bundle, at sizes on both sides of vector doublings. The
-//! estimate is at least 1.15 times every measured peak above a few MB, and at most about 3
-//! times for all but histories where every change depends on dozens of others.
+//! The costs in [`costs`] were fitted to the peaks that automerge 0.12 loads reach,
+//! measured with the counting allocator (`tests/estimate_peaks.rs`; with
+//! `ESTIMATE_PEAKS_ROWS=1` it prints the counts of every input): our generated rich text,
+//! lists of maps and plain text at three scales, with their history and compacted, the
+//! same kinds made by `@automerge/automerge` 3, and the shapes and hostile inputs of the
+//! other measurements (text edited and deleted at scattered places, counters, conflicts,
+//! many small changes, big values, floods of actors, run-length and deflate bombs, the
+//! fuzz regressions), each at the sizes the test runs them in debug and release builds. A
+//! linear program chose the costs that keep every input at or above its peak and the
+//! realistic documents as close to it as it can: 1.0 to 1.5 times their peak.
 //!
-//! The two ways a load goes differ by three to four times per operation. Reading the first
-//! chunk as a document keeps the columns encoded (about 150 bytes per map operation, 300
-//! per text operation at the peak). Every other chunk (change chunks, bundles, later
-//! documents) is decoded into changes that are applied at once, each operation decoded on
-//! the heap (500 to 850 bytes at the peak). [`LoadEstimate::ops`] therefore counts
-//! operations weighted by that cost, in units of [`BYTES_PER_OP`], the cost of an operation
-//! read from a document.
+//! Reading the first chunk as a document keeps its operations in columns: what that costs
+//! depends on how well they encode (typed text costs about 92 bytes per operation at the
+//! peak, text edited at scattered places 300, a list of small maps 190), on overwritten
+//! and deleted operations, on the changes rebuilt to check the heads' hashes (a kilobyte or
+//! so each) and on marks. Every other chunk (change chunks, bundles, later documents) is
+//! decoded into changes that are applied at once, each operation decoded on the heap (500
+//! to 850 bytes at the peak). [`LoadEstimate::ops`] is the sum of those costs, in bytes.
 
 use std::io::{ErrorKind, Read};
 
@@ -49,60 +52,88 @@ use crate::Error;
 /// What a load is estimated to need; [`LoadEstimate::peak_bytes`] turns it into bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadEstimate {
-    /// Operations, in units of the cost of an operation read from a document. For client
-    /// bytes, each row of the operation columns counts by what it costs the way the load
-    /// reads it (see the module documentation and [`weights`]): a map operation of a
-    /// document 5/8, a list or text insertion 7/8, a successor entry 3/8, an operation
-    /// applied as part of a change 22/8. For a stored value, the operation count of its
-    /// changes.
+    /// What the operations cost, in bytes: each row of the operation and change columns
+    /// weighed by what it costs the way the load reads it (see the module documentation
+    /// and [`costs`]).
     pub ops: u64,
-    /// Changes: one per change chunk, the rows of the change columns of a document or
-    /// bundle.
+    /// Changes applied as changes: one per change chunk, the rows of the change columns of
+    /// a bundle or of a document after the first chunk. (Those of a first document chunk
+    /// are in `ops`.)
     pub changes: u64,
-    /// Bytes: for client bytes, the input, plus everything its deflated parts inflate to
-    /// (Automerge inflates them whole), plus what runs of a repeated string (a key, a mark
-    /// name, a message) expand to when every row gets its own copy; for a stored value,
-    /// its Automerge bytes.
+    /// Bytes: the input, plus everything its deflated parts inflate to (Automerge inflates
+    /// them whole), plus what runs of a repeated string (a key, a mark name, a message)
+    /// expand to when every row gets its own copy.
     pub bytes: u64,
 }
 
+/// The default of `pg_automerge.max_load_memory`: 2 GiB, as the anchor project's. It admits
+/// the largest documents the Operations page calls ordinary, each with room to spare: the
+/// 3 MB plain text with its 96,000 changes (the largest estimate of them, see
+/// `tests/estimate_peaks.rs` and docs/operations.md), the 1.26 MB rich text and the 1.07 MB
+/// list of maps.
+pub const DEFAULT_MAX_LOAD_MEMORY: u64 = 2 << 30;
+
 /// Memory of any load, however small.
-pub const BASE_BYTES: u64 = 256 << 10;
-/// Bytes a load holds at its peak per operation read from a document chunk: the encoded
-/// columns, the indexes, the changes rebuilt to check the heads' hashes.
-pub const BYTES_PER_OP: u64 = 384;
-/// Bytes a load holds at its peak per change, besides its operations.
+pub const BASE_BYTES: u64 = 11 << 10;
+/// Bytes a load holds once it applies any change as a change: what applying sets up (a
+/// fuzzed input of two small changes reached 58 kB).
+pub const APPLYING_BYTES: u64 = 64 << 10;
+/// Bytes a load holds at its peak per change applied as a change, besides its operations.
 pub const BYTES_PER_CHANGE: u64 = 2 << 10;
 /// Bytes a load holds at its peak per input byte and per byte that deflated data inflates
 /// to: the copies a load makes of them (up to seven of a deflated document column).
 pub const BYTES_PER_BYTE: u64 = 8;
 
-/// What a row of each kind counts as in [`LoadEstimate::ops`], in eighths of an operation
-/// read from a document ([`BYTES_PER_OP`] / 8 = 48 bytes).
-pub mod weights {
+/// What each kind of row costs at the peak, in bytes, fitted to measured peaks
+/// (`tests/estimate_peaks.rs`): a linear program chose the costs that keep every measured
+/// input at or above its peak and the realistic documents as close to it as it can.
+pub mod costs {
     /// Any row of the operation columns of the first document chunk, and each of its
     /// actors and columns.
-    pub const DOCUMENT_ROW: u64 = 5;
-    /// Extra for a row of the first document chunk that inserts into a list or text.
-    pub const DOCUMENT_INSERT: u64 = 2;
-    /// A successor entry of the first document chunk.
-    pub const DOCUMENT_SUCCESSOR: u64 = 3;
+    pub const DOCUMENT_ROW: u64 = 85;
+    /// Extra for each actor and column specification of the first document chunk.
+    pub const DOCUMENT_ACTOR_OR_COLUMN: u64 = 64;
+    /// A successor entry of the first document chunk: an operation overwritten or deleted.
+    pub const DOCUMENT_SUCCESSOR: u64 = 246;
+    /// A byte of the key columns that reference list and text elements: sequences edited
+    /// at scattered places encode their references in more bytes, and Automerge keeps its
+    /// operations in columns much like these.
+    pub const DOCUMENT_ELEMENT_BYTE: u64 = 60;
+    /// A byte of the value columns.
+    pub const DOCUMENT_VALUE_BYTE: u64 = 1;
+    /// A mark operation of the first document chunk.
+    pub const DOCUMENT_MARK: u64 = 1_495;
+    /// Extra for a mark operation in a change of a thousand operations or more (in
+    /// proportion below that): marks in one big change, as a compacted rich text has them,
+    /// cost several times more.
+    pub const DOCUMENT_MARK_IN_BIG_CHANGE: u64 = 22_500;
+    /// A row of the change columns of the first document chunk.
+    pub const DOCUMENT_CHANGE_ROW: u64 = 16;
+    /// Extra for each of those changes that has operations (at most one per operation):
+    /// the change rebuilt to check its hash.
+    pub const DOCUMENT_CHANGE: u64 = 1_413;
     /// A dependency entry of the first document chunk's changes.
-    pub const DOCUMENT_DEPENDENCY: u64 = 2;
+    pub const DOCUMENT_DEPENDENCY: u64 = 21;
     /// An operation applied as part of a change (change chunks, bundles, later documents),
     /// and an actor or column beyond those any change has.
-    pub const CHANGE_ROW: u64 = 22;
+    pub const CHANGE_ROW: u64 = 1_056;
     /// A predecessor entry of such an operation.
-    pub const CHANGE_PREDECESSOR: u64 = 2;
+    pub const CHANGE_PREDECESSOR: u64 = 96;
     /// A dependency entry of a bundle's or later document's changes.
-    pub const CHANGE_DEPENDENCY: u64 = 2;
+    pub const CHANGE_DEPENDENCY: u64 = 96;
+    /// Applying a document's changes to another document (a merge) costs about what
+    /// applying them as change chunks does: this many times what reading them as a
+    /// document costs, for a plain text (the cheapest operations to read).
+    pub const APPLIED_PER_DOCUMENT_BYTE: u64 = 8;
 }
 
 impl LoadEstimate {
     /// The estimated peak of the Rust heap during the load, in bytes (saturating).
     pub fn peak_bytes(&self) -> u64 {
+        let applying = if self.changes > 0 { APPLYING_BYTES } else { 0 };
         BASE_BYTES
-            .saturating_add(BYTES_PER_OP.saturating_mul(self.ops))
+            .saturating_add(applying)
+            .saturating_add(self.ops)
             .saturating_add(BYTES_PER_CHANGE.saturating_mul(self.changes))
             .saturating_add(BYTES_PER_BYTE.saturating_mul(self.bytes))
     }
@@ -112,7 +143,12 @@ impl LoadEstimate {
 /// concatenation of document, change, deflated change and bundle chunks. Empty input is
 /// the empty document. Bytes that are not Automerge chunks are refused.
 pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
-    let mut counts = Counts::default();
+    client_rows(bytes).map(|counts| counts.estimate())
+}
+
+/// What [`estimate_client_bytes`] counts in `bytes`, before weighing.
+pub fn client_rows(bytes: &[u8]) -> Result<Counts, Error> {
+    let mut counts = Counts { input: bytes.len() as u64, ..Counts::default() };
     let mut rest = bytes;
     let mut first = true;
     while !rest.is_empty() {
@@ -136,32 +172,42 @@ pub fn estimate_client_bytes(bytes: &[u8]) -> Result<LoadEstimate, Error> {
         first = false;
         rest = after;
     }
-    Ok(LoadEstimate {
-        ops: counts.weighted_ops(),
-        changes: counts.changes,
-        bytes: (bytes.len() as u64).saturating_add(counts.inflated).saturating_add(counts.expanded),
-    })
+    Ok(counts)
 }
 
-/// The estimate of loading a stored value, from its header: no decoding. It cannot see
-/// what the payload's deflated columns inflate to, nor how many dependencies its changes
-/// have; `estimate_client_bytes(payload)` can, at the cost of a pass over the payload.
-pub fn estimate_stored(summary: &Summary, payload_len: usize) -> LoadEstimate {
-    LoadEstimate { ops: summary.op_count, changes: summary.change_count, bytes: payload_len as u64 }
+/// The estimate of loading a stored value: [`estimate_client_bytes`] of its payload, which
+/// is what a load of it reads (a save, and any changes appended to it). The pass over the
+/// payload inflates its deflated columns through a small buffer: milliseconds for the
+/// Operations page's documents, against seconds for their load. A payload the estimate
+/// cannot read (a corrupted value, which the load refuses) is estimated from the header
+/// at the cost of operations applied as changes.
+pub fn estimate_stored(summary: &Summary, payload: &[u8]) -> LoadEstimate {
+    estimate_client_bytes(payload).unwrap_or(LoadEstimate {
+        ops: summary.op_count.saturating_mul(costs::CHANGE_ROW),
+        changes: summary.change_count,
+        bytes: payload.len() as u64,
+    })
 }
 
 /// What applying the changes of a stored value to another loaded document adds, as a
 /// merge does (`Automerge::merge` decodes the other document's new changes and applies
-/// them): its operations at the cost of operations applied as changes, its changes and
-/// bytes. Measured on merges of unrelated documents, `stored(left) + stored(right) +
-/// applied(stored(right))` is 2 to 2.3 times the peak; without the last term it is below
-/// it (0.65 to 0.8 times).
+/// them): its operations at the cost of operations applied as changes (see
+/// [`costs::APPLIED_PER_DOCUMENT_BYTE`]), its changes and bytes.
 pub fn estimate_applied(stored: &LoadEstimate) -> LoadEstimate {
     LoadEstimate {
-        ops: stored.ops.saturating_mul(weights::CHANGE_ROW).div_ceil(8),
+        ops: stored.ops.saturating_mul(costs::APPLIED_PER_DOCUMENT_BYTE),
         changes: stored.changes,
         bytes: stored.bytes,
     }
+}
+
+/// The sum of several estimates: what loading several inputs into one document takes.
+pub fn sum(parts: &[LoadEstimate]) -> LoadEstimate {
+    parts.iter().fold(LoadEstimate { ops: 0, changes: 0, bytes: 0 }, |sum, part| LoadEstimate {
+        ops: sum.ops.saturating_add(part.ops),
+        changes: sum.changes.saturating_add(part.changes),
+        bytes: sum.bytes.saturating_add(part.bytes),
+    })
 }
 
 pub(crate) const DOCUMENT: u8 = 0;
@@ -177,6 +223,14 @@ const DEFLATE_BIT: u32 = 0b1000;
 const TYPE_GROUP: u32 = 0;
 /// The id of the insert column, in documents, changes and bundles alike.
 const INSERT_COLUMN_ID: u32 = 3;
+/// The id of the action column, in documents, changes and bundles alike.
+const ACTION_COLUMN_ID: u32 = 4;
+const ACTION_MARK: u64 = 7;
+/// The id of the key columns (a map key, or the list or text element an op refers to).
+const KEY_COLUMN_ID: u32 = 1;
+/// The id of the value columns (metadata and raw bytes).
+const VALUE_COLUMN_ID: u32 = 5;
+const TYPE_INTEGER: u32 = 2;
 const TYPE_BOOLEAN: u32 = 4;
 const TYPE_STRING: u32 = 5;
 const TYPE_VALUE: u32 = 7;
@@ -191,49 +245,85 @@ fn truncated(what: &str) -> Error {
 
 /// What the chunks add up to. A load reads the first chunk, if it is a document, as a
 /// document; it decodes every other chunk into changes and applies them all at once.
-#[derive(Debug, Default)]
-struct Counts {
+/// [`client_rows`] returns it, for calibrating the costs against measured peaks.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counts {
     /// Rows of the first document chunk's operation columns, its actors and columns.
-    doc_ops: u64,
+    pub doc_ops: u64,
     /// Those of them that insert into a list or text.
-    doc_inserts: u64,
+    pub doc_inserts: u64,
     /// Its successor entries.
-    doc_succ: u64,
+    pub doc_succ: u64,
     /// Its dependency entries.
-    doc_deps: u64,
+    pub doc_deps: u64,
     /// Operation rows, actors and columns of the chunks applied as changes.
-    change_ops: u64,
+    pub change_ops: u64,
     /// Their predecessor (or successor) entries.
-    change_preds: u64,
+    pub change_preds: u64,
     /// Their dependency entries (of bundles and later documents).
-    change_deps: u64,
-    changes: u64,
+    pub change_deps: u64,
+    pub changes: u64,
     /// Bytes that deflated data inflates to.
-    inflated: u64,
+    pub inflated: u64,
     /// Bytes that runs of repeated strings expand to.
-    expanded: u64,
+    pub expanded: u64,
+    /// Changes of the first document chunk.
+    pub doc_changes: u64,
+    /// Bytes of the first document chunk's column data, once inflated.
+    pub doc_bytes: u64,
+    /// Its actors and column specifications (also counted in `doc_ops`).
+    pub doc_other: u64,
+    /// Bytes of its value columns, once inflated: the rest of `doc_bytes` is structure.
+    pub doc_value_bytes: u64,
+    /// Bytes of its key columns that reference list and text elements, once inflated.
+    pub doc_element_bytes: u64,
+    /// Its mark operations, and those that make objects.
+    pub doc_marks: u64,
+    pub doc_objects: u64,
+    /// Bytes of the input.
+    pub input: u64,
 }
 
 impl Counts {
+    /// The estimate these counts make.
+    pub fn estimate(&self) -> LoadEstimate {
+        LoadEstimate {
+            ops: self.weighted_ops(),
+            changes: self.changes.saturating_sub(self.doc_changes),
+            bytes: self.input.saturating_add(self.inflated).saturating_add(self.expanded),
+        }
+    }
+
     fn add(field: &mut u64, n: u64) {
         *field = field.saturating_add(n);
     }
 
-    /// The rows, weighted by what each kind costs (rounded up to whole operations).
+    /// The rows, weighed by what each kind costs, in bytes.
     fn weighted_ops(&self) -> u64 {
-        use weights::*;
-        let eighths = [
-            (self.doc_ops, DOCUMENT_ROW),
-            (self.doc_inserts, DOCUMENT_INSERT),
-            (self.doc_succ, DOCUMENT_SUCCESSOR),
-            (self.doc_deps, DOCUMENT_DEPENDENCY),
-            (self.change_ops, CHANGE_ROW),
-            (self.change_preds, CHANGE_PREDECESSOR),
-            (self.change_deps, CHANGE_DEPENDENCY),
+        use costs::*;
+        let mul = |rows: u64, cost: u64| rows.saturating_mul(cost);
+        // Marks count extra in proportion to how many operations a change has, up to a
+        // thousand: changes with no change rows at all count as one big change.
+        let ops_per_change = self.doc_ops / self.doc_changes.max(1);
+        let marks_in_big_changes =
+            self.doc_marks.saturating_mul(ops_per_change.min(1000)).div_ceil(1000);
+        [
+            mul(self.doc_ops, DOCUMENT_ROW),
+            mul(self.doc_other, DOCUMENT_ACTOR_OR_COLUMN),
+            mul(self.doc_succ, DOCUMENT_SUCCESSOR),
+            mul(self.doc_element_bytes, DOCUMENT_ELEMENT_BYTE),
+            mul(self.doc_value_bytes, DOCUMENT_VALUE_BYTE),
+            mul(self.doc_marks, DOCUMENT_MARK),
+            mul(marks_in_big_changes, DOCUMENT_MARK_IN_BIG_CHANGE),
+            mul(self.doc_changes, DOCUMENT_CHANGE_ROW),
+            mul(self.doc_changes.min(self.doc_ops), DOCUMENT_CHANGE),
+            mul(self.doc_deps, DOCUMENT_DEPENDENCY),
+            mul(self.change_ops, CHANGE_ROW),
+            mul(self.change_preds, CHANGE_PREDECESSOR),
+            mul(self.change_deps, CHANGE_DEPENDENCY),
         ]
-        .iter()
-        .fold(0u64, |sum, (rows, weight)| sum.saturating_add(rows.saturating_mul(*weight)));
-        eighths.div_ceil(8)
+        .into_iter()
+        .fold(0u64, u64::saturating_add)
     }
 
     /// Adds what a document or bundle chunk holds.
@@ -241,6 +331,13 @@ impl Counts {
         Self::add(&mut self.changes, changes.outer);
         Self::add(&mut self.expanded, ops.expanded.saturating_add(changes.expanded));
         if as_document {
+            self.doc_changes = changes.outer;
+            self.doc_bytes = ops.bytes.saturating_add(changes.bytes);
+            self.doc_other = other;
+            self.doc_value_bytes = ops.value_bytes;
+            self.doc_element_bytes = ops.element_bytes;
+            self.doc_marks = ops.marks;
+            self.doc_objects = ops.objects;
             Self::add(&mut self.doc_ops, ops.outer.saturating_add(other));
             Self::add(&mut self.doc_inserts, ops.inserts);
             Self::add(&mut self.doc_succ, ops.inner);
@@ -393,8 +490,12 @@ fn sliced_columns(specs: &[u8], data: &[u8], counts: &mut Counts) -> Result<Colu
             set.add(spec, &mut inflate)?;
             inflate.skip(u64::MAX);
             counts.inflated = counts.inflated.saturating_add(inflate.produced());
+            set.bytes = set.bytes.saturating_add(inflate.produced());
+            set.column_bytes(spec, inflate.produced());
         } else {
             set.add(spec, &mut Cursor::new(column))?;
+            set.bytes = set.bytes.saturating_add(len);
+            set.column_bytes(spec, len);
         }
     }
     Ok(set)
@@ -411,10 +512,29 @@ struct ColumnSet {
     inserts: u64,
     /// Bytes that runs of repeated strings expand to.
     expanded: u64,
+    /// Bytes of column data, once inflated.
+    bytes: u64,
+    /// Bytes of the value columns, once inflated.
+    value_bytes: u64,
+    /// Bytes of the key columns that reference list and text elements, once inflated.
+    element_bytes: u64,
+    /// Rows of the action column that are marks, and that make objects.
+    marks: u64,
+    objects: u64,
     group: Option<u32>,
 }
 
 impl ColumnSet {
+    /// Counts the bytes of a column by what it holds.
+    fn column_bytes(&mut self, spec: u32, len: u64) {
+        let (id, col_type) = (spec >> 4, spec & 0b111);
+        if id == VALUE_COLUMN_ID {
+            self.value_bytes = self.value_bytes.saturating_add(len);
+        } else if id == KEY_COLUMN_ID && col_type != TYPE_STRING {
+            self.element_bytes = self.element_bytes.saturating_add(len);
+        }
+    }
+
     fn add(&mut self, spec: u32, data: &mut impl Bytes) -> Result<(), Error> {
         let (id, col_type) = (spec >> 4, spec & 0b111);
         let rows = match col_type {
@@ -434,6 +554,12 @@ impl ColumnSet {
             TYPE_GROUP => {
                 let (rows, claimed) = rle_rows(data, false)?;
                 self.inner = self.inner.max(claimed);
+                rows
+            }
+            TYPE_INTEGER if id == ACTION_COLUMN_ID && self.group != Some(id) => {
+                let (rows, marks, objects) = action_rows(data)?;
+                self.marks = self.marks.max(marks);
+                self.objects = self.objects.max(objects);
                 rows
             }
             _ => rle_rows(data, false)?.0,
@@ -483,6 +609,37 @@ fn rle_rows(data: &mut impl Bytes, strings: bool) -> Result<(u64, u64), Error> {
                 if !strings {
                     sum = sum.saturating_add(value);
                 }
+                rows = rows.saturating_add(1);
+            }
+        } else {
+            rows = rows.saturating_add(uleb(&mut data).ok_or_else(cut_short)?);
+        }
+    }
+}
+
+/// Rows of the action column (run-length encoded numbers, as [`rle_rows`] reads them), and
+/// how many of them are marks and how many make objects (a map, list, text or table).
+fn action_rows(data: &mut impl Bytes) -> Result<(u64, u64, u64), Error> {
+    let mut data = Tracked { inner: data, took: false };
+    let (mut rows, mut marks, mut objects) = (0u64, 0u64, 0u64);
+    let count = |value: u64, n: u64, marks: &mut u64, objects: &mut u64| match value {
+        ACTION_MARK => *marks = marks.saturating_add(n),
+        0 | 2 | 4 | 6 => *objects = objects.saturating_add(n),
+        _ => {}
+    };
+    loop {
+        data.took = false;
+        let Some(n) = sleb(&mut data) else {
+            return if data.took { Err(cut_short()) } else { Ok((rows, marks, objects)) };
+        };
+        if n > 0 {
+            rows = rows.saturating_add(n as u64);
+            let value = skip_value(&mut data, false).ok_or_else(cut_short)?;
+            count(value, n as u64, &mut marks, &mut objects);
+        } else if n < 0 {
+            for _ in 0..n.unsigned_abs() {
+                let value = skip_value(&mut data, false).ok_or_else(cut_short)?;
+                count(value, 1, &mut marks, &mut objects);
                 rows = rows.saturating_add(1);
             }
         } else {
@@ -872,13 +1029,18 @@ mod tests {
     fn counts_the_changes_of_every_kind_of_input() {
         let mut d = doc(40);
         for (i, bytes) in samples().into_iter().enumerate() {
-            let estimate = estimate_client_bytes(&bytes).unwrap();
+            let rows = client_rows(&bytes).unwrap();
+            let estimate = rows.estimate();
             let expected = if i == 5 { 45 } else { 40 };
-            assert_eq!(estimate.changes, expected, "sample {i}");
+            assert_eq!(rows.changes, expected, "sample {i}");
+            // The changes of a first document chunk are in the cost of its operations;
+            // those applied as changes count on their own.
+            let applied = if i <= 1 { 0 } else { 40 };
+            assert_eq!(estimate.changes, applied, "sample {i}");
             assert!(estimate.bytes >= bytes.len() as u64, "sample {i}");
-            // Every operation counts at least as a document's map operation does.
+            // Every operation counts at least as a document's row does.
             let ops = d.get_changes(&[]).iter().map(|c| c.len() as u64).sum::<u64>();
-            assert!(estimate.ops * 8 >= ops * weights::DOCUMENT_ROW, "sample {i}: {estimate:?}");
+            assert!(estimate.ops >= ops * costs::DOCUMENT_ROW, "sample {i}: {estimate:?}");
         }
     }
 
@@ -973,6 +1135,42 @@ mod tests {
         let group = [2, 0x80, 0x80, 0x40];
         set.add(7 << 4 | TYPE_GROUP, &mut Cursor::new(&group)).unwrap();
         assert_eq!((set.outer, set.inner), (2, 2 << 20));
+    }
+
+    #[test]
+    fn a_stored_value_is_estimated_from_its_payload() {
+        let mut d = doc(40);
+        let saved = d.save();
+        let summary = Summary { change_count: 40, op_count: 1000, heads: Vec::new() };
+        assert_eq!(estimate_stored(&summary, &saved), estimate_client_bytes(&saved).unwrap());
+        // A payload that cannot be read falls back on the header, at the cost of
+        // operations applied as changes: above what a document of them costs.
+        let fallback = estimate_stored(&summary, b"junk");
+        assert_eq!(fallback.ops, 1000 * costs::CHANGE_ROW);
+        assert!(fallback.peak_bytes() > estimate_client_bytes(&saved).unwrap().peak_bytes());
+    }
+
+    #[test]
+    fn the_costs_follow_what_makes_loads_expensive() {
+        // Marks cost more in one big change than spread over many small ones.
+        let small =
+            Counts { doc_ops: 10_000, doc_marks: 100, doc_changes: 1_000, ..Counts::default() };
+        let big = Counts { doc_changes: 1, ..small.clone() };
+        let cost = |c: &Counts| c.estimate().ops;
+        assert!(cost(&big) > cost(&small));
+        // A change row without operations (change columns claiming changes that hold
+        // nothing) costs little; one with operations costs a rebuilt change.
+        let empty = Counts { doc_changes: 1_000, ..Counts::default() };
+        assert_eq!(cost(&empty), 1_000 * costs::DOCUMENT_CHANGE_ROW);
+        // Scattered insertions cost more than typing, overwritten operations more than
+        // those still visible.
+        let text = Counts { doc_ops: 1_000, doc_inserts: 1_000, ..Counts::default() };
+        let scattered = Counts { doc_element_bytes: 3_000, ..text.clone() };
+        let overwritten = Counts { doc_succ: 1_000, ..text.clone() };
+        assert!(cost(&scattered) > cost(&text) && cost(&overwritten) > cost(&text));
+        // Merging applies the other side's changes: far more than reading it.
+        let read = text.estimate();
+        assert!(estimate_applied(&read).ops >= 8 * read.ops);
     }
 
     #[test]

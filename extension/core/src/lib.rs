@@ -2,6 +2,7 @@
 //! can be unit-tested, property-tested and benchmarked on its own. The pgrx crate beside
 //! it is a thin adapter that turns these functions into SQL.
 
+pub mod aggregate;
 pub mod cache;
 pub mod document;
 mod error;

@@ -18,7 +18,7 @@ use crate::{format, json, memory, writes, Error};
 /// above the load limit).
 pub fn loads(stored: &[u8], settings: WriteSettings) -> Result<bool, Error> {
     let Ok(value) = format::decode(stored) else { return Ok(false) };
-    settings.load_limit.check(&estimate_stored(&value.summary, value.payload.len()))?;
+    settings.load_limit.check(&estimate_stored(&value.summary, value.payload))?;
     let Ok(doc) = document::load_stored(stored) else { return Ok(false) };
     if doc.get_heads() != value.summary.heads {
         return Ok(false);

@@ -42,7 +42,7 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
     if contains(&r, &l.summary.heads) {
         return Ok(right.to_vec());
     }
-    let incoming = estimate_stored(&r.summary, r.payload.len());
+    let incoming = estimate_stored(&r.summary, r.payload);
     let held = cache::take(&r.summary.heads);
     let mut other = if held.is_some() || may_contain(&r, &l) {
         let other = match held {
@@ -57,12 +57,12 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
         }
         settings
             .load_limit
-            .check(&combined(&[estimate_stored(&l.summary, l.payload.len()), incoming]))?;
+            .check(&combined(&[estimate_stored(&l.summary, l.payload), incoming]))?;
         other
     } else {
         // Merging decodes the right document's changes and applies them to the left one.
         settings.load_limit.check(&combined(&[
-            estimate_stored(&l.summary, l.payload.len()),
+            estimate_stored(&l.summary, l.payload),
             incoming,
             estimate_applied(&incoming),
         ]))?;
@@ -118,7 +118,7 @@ pub fn apply(stored: &[u8], changes: &[u8], settings: WriteSettings) -> Result<V
     }
     settings
         .load_limit
-        .check(&combined(&[estimate_stored(&value.summary, value.payload.len()), incoming]))?;
+        .check(&combined(&[estimate_stored(&value.summary, value.payload), incoming]))?;
     let before = value.summary.heads;
     let mut doc = load_stored(stored)?;
     apply_to(&mut doc, changes)?;
@@ -575,8 +575,8 @@ mod tests {
         let (mut client, older) = titled();
         client.put(ROOT, "title", "Newer").unwrap();
         let newer = stored_from_client_bytes(&client.save(), WriteSettings::UNLIMITED).unwrap();
-        let one_load =
-            estimate_stored(&format::decode(&newer).unwrap().summary, newer.len()).peak_bytes();
+        let value = format::decode(&newer).unwrap();
+        let one_load = estimate_stored(&value.summary, value.payload).peak_bytes();
         let one_load_only =
             WriteSettings { load_limit: LoadLimit(Some(one_load)), ..WriteSettings::UNLIMITED };
         assert_eq!(merge(&older, &newer, one_load_only).unwrap(), newer);

@@ -28,7 +28,8 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 const MB: u64 = 1 << 20;
 
 static TRIM_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(64);
-static MAX_LOAD_MEMORY: GucSetting<i32> = GucSetting::<i32>::new(1024);
+static MAX_LOAD_MEMORY: GucSetting<i32> =
+    GucSetting::<i32>::new((pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
 
 /// How many backends the shared view can list at once.
 const MAX_BACKENDS: usize = 1024;
@@ -225,7 +226,7 @@ fn automerge_memory_backends() -> TableIterator<
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_support::{hex_of, sample, sqlstate_of};
+    use crate::test_support::{error_of, hex_of, sample, sqlstate_of};
 
     fn usage() -> (i64, i64, i64) {
         Spi::get_three::<i64, i64, i64>(
@@ -264,6 +265,44 @@ mod tests {
         assert_eq!(sqlstate_of(&insert), "53400");
         Spi::run("SET LOCAL pg_automerge.max_load_memory = -1").unwrap();
         assert_eq!(sqlstate_of(&insert), "no error");
+    }
+
+    #[pg_test]
+    fn a_refusal_says_the_estimate_the_limit_and_the_setting_that_admits_it() {
+        let text = fixtures::generated::generate(fixtures::generated::Spec {
+            kind: fixtures::generated::Kind::PlainText,
+            scale: fixtures::generated::Scale::Small,
+            compacted: false,
+        });
+        let estimate = pg_automerge_core::estimate::estimate_client_bytes(&text).unwrap();
+        let mb = estimate.peak_bytes().div_ceil(1 << 20);
+        Spi::run("CREATE TABLE texts (doc automerge)").unwrap();
+        let insert = format!("INSERT INTO texts VALUES ('{}')", hex_of(&text));
+        let below = mb - 1;
+        Spi::run(&format!("SET LOCAL pg_automerge.max_load_memory = '{below}MB'")).unwrap();
+        let refused = error_of(&insert).expect("refused below the estimate");
+        assert_eq!(refused.sqlstate, "53400");
+        assert_eq!(
+            refused.message,
+            format!(
+                "loading this document is estimated to need {mb} MB, above \
+                 pg_automerge.max_load_memory ({below} MB)"
+            )
+        );
+        let hint = refused.hint.expect("a hint");
+        let admit = format!("SET pg_automerge.max_load_memory = '{mb}MB'");
+        assert!(hint.starts_with(&admit), "{hint}");
+        // The setting the hint names admits it.
+        Spi::run(&admit.replace("SET ", "SET LOCAL ")).unwrap();
+        assert!(error_of(&insert).is_none());
+    }
+
+    #[pg_test]
+    fn the_default_limit_is_the_cores() {
+        let shown = Spi::get_one::<String>("SHOW pg_automerge.max_load_memory").unwrap().unwrap();
+        let default = pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY;
+        assert_eq!(shown, format!("{}GB", default >> 30));
+        assert_eq!(super::load_limit().0, Some(default));
     }
 
     #[pg_test]

@@ -1,15 +1,18 @@
 //! `merge_agg(automerge)`: the merge of every document in a group. Its state is the loaded
-//! document, kept in the aggregate's memory context (and dropped with it); parallel query
-//! runs partial aggregates in workers and ships their states as saved bytes.
+//! document with the counts of its load estimate (`pg_automerge_core::aggregate`), kept in
+//! the aggregate's memory context (and dropped with it); parallel query runs partial
+//! aggregates in workers and ships their states as saved bytes. Each step checks the
+//! running estimate of the state plus the incoming document against
+//! `pg_automerge.max_load_memory` before it loads anything.
 
-use automerge::Automerge;
-use pg_automerge_core::{document, writes};
+use pg_automerge_core::aggregate::MergeState;
+use pg_automerge_core::document;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, Internal, PgMemoryContexts};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::{storage, stored};
+use crate::{memory, storage};
 
 /// The aggregate's memory context: the state must outlive each call.
 fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemoryContexts {
@@ -21,15 +24,15 @@ fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemo
     PgMemoryContexts::For(context)
 }
 
-/// A new state holding `doc`, allocated in `context` and dropped when it is reset.
-fn new_state(doc: Automerge, mut context: PgMemoryContexts) -> Internal {
-    Internal::from(Some(pg_sys::Datum::from(context.leak_and_drop_on_delete(doc))))
+/// A new state holding `merged`, allocated in `context` and dropped when it is reset.
+fn new_state(merged: MergeState, mut context: PgMemoryContexts) -> Internal {
+    Internal::from(Some(pg_sys::Datum::from(context.leak_and_drop_on_delete(merged))))
 }
 
-/// The document a state holds, if it holds one.
-fn state_doc(state: &mut Internal) -> Option<&mut Automerge> {
-    // SAFETY: an initialized state of this aggregate always holds an Automerge.
-    unsafe { state.get_mut::<Automerge>() }
+/// The merge a state holds, if it holds one.
+fn state_of(state: &mut Internal) -> Option<&mut MergeState> {
+    // SAFETY: an initialized state of this aggregate always holds a MergeState.
+    unsafe { state.get_mut::<MergeState>() }
 }
 
 #[pg_extern(immutable, parallel_safe)]
@@ -41,14 +44,16 @@ fn automerge_merge_agg_transition(
     const FUNCTION: &str = "automerge_merge_agg_transition";
     // NULLs leave the state as it is, so that only NULLs give NULL.
     let Some(doc) = doc else { return state };
-    let loaded = stored::load(&doc, FUNCTION);
-    match state_doc(&mut state) {
+    let limit = memory::load_limit();
+    match state_of(&mut state) {
         Some(merged) => {
-            let mut loaded = loaded;
-            writes::merge_into(merged, &mut loaded).or_raise(FUNCTION);
+            merged.add(doc.stored(), limit).or_raise(FUNCTION);
             state
         }
-        None => new_state(loaded, aggregate_context(fcinfo, FUNCTION)),
+        None => new_state(
+            MergeState::first(doc.stored(), limit).or_raise(FUNCTION),
+            aggregate_context(fcinfo, FUNCTION),
+        ),
     }
 }
 
@@ -59,12 +64,12 @@ fn automerge_merge_agg_combine(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Internal {
     const FUNCTION: &str = "automerge_merge_agg_combine";
-    let Some(other) = state_doc(&mut right) else { return left };
+    let Some(other) = state_of(&mut right) else { return left };
     // Take the right document out, so that its memory does not live on beside the merge.
-    let mut other = std::mem::take(other);
-    match state_doc(&mut left) {
+    let other = std::mem::replace(other, MergeState::empty());
+    match state_of(&mut left) {
         Some(merged) => {
-            writes::merge_into(merged, &mut other).or_raise(FUNCTION);
+            merged.combine(other, memory::load_limit()).or_raise(FUNCTION);
             left
         }
         None => new_state(other, aggregate_context(fcinfo, FUNCTION)),
@@ -73,8 +78,8 @@ fn automerge_merge_agg_combine(
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
-    state_doc(&mut state)
-        .map(|doc| document::save(doc).or_raise("automerge_merge_agg_serialize"))
+    state_of(&mut state)
+        .map(|merged| document::save(&merged.doc).or_raise("automerge_merge_agg_serialize"))
         .unwrap_or_default()
 }
 
@@ -82,15 +87,16 @@ fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
 /// which moves what it keeps into the aggregate's context.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    let doc = document::load_client_bytes(bytes).or_raise("automerge_merge_agg_deserialize");
-    new_state(doc, PgMemoryContexts::CurrentMemoryContext)
+    let merged = MergeState::from_saved(bytes, memory::load_limit())
+        .or_raise("automerge_merge_agg_deserialize");
+    new_state(merged, PgMemoryContexts::CurrentMemoryContext)
 }
 
 #[pg_extern(immutable, parallel_safe)]
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
-    state_doc(&mut state).map(|doc| {
+    state_of(&mut state).map(|merged| {
         StoredDoc::owned(
-            document::to_stored(doc, storage::write_settings().keep_json)
+            document::to_stored(&merged.doc, storage::write_settings().keep_json)
                 .or_raise("automerge_merge_agg"),
         )
     })
@@ -127,7 +133,7 @@ mod tests {
     use automerge::{AutoCommit, ROOT};
     use pgrx::prelude::*;
 
-    use crate::test_support::sample;
+    use crate::test_support::{error_of, sample, sqlstate_of};
 
     #[pg_test]
     fn merges_every_row_and_skips_nulls() {
@@ -148,6 +154,36 @@ mod tests {
             heads.unwrap().unwrap(),
             pg_automerge_core::heads::to_hex(&expected.get_heads())
         );
+    }
+
+    #[pg_test]
+    fn the_state_counts_against_the_load_limit_as_it_grows() {
+        Spi::run("CREATE TABLE forks (doc automerge)").unwrap();
+        for actor in 1..=10u8 {
+            let mut fork = AutoCommit::load(&sample("project").save())
+                .unwrap()
+                .with_actor(automerge::ActorId::from([actor + 100; 16]));
+            // Large enough that the limit, in whole megabytes, falls between one and all.
+            for i in 0..10_000 {
+                fork.put(ROOT, format!("k{actor}/{i}"), i as i64).unwrap();
+            }
+            Spi::run_with_args("INSERT INTO forks VALUES ($1)", &[fork.save().into()]).unwrap();
+        }
+        let estimate = |sql: &str| Spi::get_one::<i64>(sql).unwrap().unwrap();
+        let one = estimate("SELECT max(estimated_load_bytes) FROM forks, automerge_storage(doc)");
+        let all = estimate(
+            "SELECT estimated_load_bytes FROM automerge_storage((SELECT merge_agg(doc) FROM forks))",
+        );
+        assert!(all > 4 * one, "one fork {one}, all merged {all}");
+        // Each fork alone is admitted; the growing state is not.
+        let limit_mb = (one * 3 + (1 << 20) - 1) / (1 << 20);
+        Spi::run(&format!("SET LOCAL pg_automerge.max_load_memory = '{limit_mb}MB'")).unwrap();
+        assert_eq!(sqlstate_of("SELECT doc || doc FROM forks"), "no error");
+        let refused = error_of("SELECT merge_agg(doc) FROM forks").expect("refused");
+        assert_eq!(refused.sqlstate, "53400");
+        assert!(refused.message.contains("pg_automerge.max_load_memory"), "{refused:?}");
+        Spi::run("SET LOCAL pg_automerge.max_load_memory = -1").unwrap();
+        assert_eq!(sqlstate_of("SELECT merge_agg(doc) FROM forks"), "no error");
     }
 
     #[pg_test]

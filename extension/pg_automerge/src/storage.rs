@@ -10,10 +10,11 @@
 //! - `pg_automerge.document_cache` (64MB): the document that client input loaded is held
 //!   until the end of the transaction, for the merge of an upsert that follows, if it keeps
 //!   at most this much memory. 0 holds none.
-//! - `automerge_storage(doc)` shows what a value keeps; `automerge_compact(doc)` re-saves
-//!   it with its JSON, as a write that loads would.
+//! - `automerge_storage(doc)` shows what a value keeps and what loading it is estimated to
+//!   take; `automerge_compact(doc)` re-saves it with its JSON, as a write that loads would.
 
 use pg_automerge_core::document::{self, WriteSettings};
+use pg_automerge_core::estimate::estimate_stored;
 use pg_automerge_core::format;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -72,7 +73,9 @@ pub fn write_settings() -> WriteSettings {
 }
 
 /// What a stored value holds: its format version, its size, the Automerge bytes, the kept
-/// JSON (null when it keeps none) and how many changes were appended since its last save.
+/// JSON (null when it keeps none), how many changes were appended since its last save, and
+/// the estimated peak of loading it (from the header alone: what `max_load_memory` is
+/// checked against when a write, a merge or `automerge_compact` loads it).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_storage(
     doc: StoredDoc<'_>,
@@ -84,6 +87,7 @@ fn automerge_storage(
         name!(payload_bytes, i64),
         name!(jsonb_bytes, Option<i64>),
         name!(appended_changes, i64),
+        name!(estimated_load_bytes, i64),
     ),
 > {
     let value = format::decode(doc.stored()).or_raise("automerge_storage");
@@ -94,6 +98,8 @@ fn automerge_storage(
         value.payload.len() as i64,
         kept.and_then(|kept| kept.json).map(|json| json.len() as i64),
         kept.map_or(0, |kept| i64::from(kept.appended_changes)),
+        i64::try_from(estimate_stored(&value.summary, value.payload).peak_bytes())
+            .unwrap_or(i64::MAX),
     );
     TableIterator::once(row)
 }
@@ -197,6 +203,57 @@ mod tests {
         Spi::run_with_args(upsert, &[client.save().into()]).unwrap();
         assert_eq!(loads(), 2);
         assert_eq!(json_of_row(), expected_json(&mut client));
+    }
+
+    #[pg_test]
+    fn storage_shows_the_load_estimate_without_loading() {
+        use fixtures::generated::{generate, Kind, Scale, Spec};
+        Spi::run("CREATE TABLE sized (id int, doc automerge)").unwrap();
+        let kinds = [Kind::MapList, Kind::RichText, Kind::PlainText];
+        for (id, kind) in kinds.into_iter().enumerate() {
+            let bytes = generate(Spec { kind, scale: Scale::Small, compacted: false });
+            Spi::run_with_args(
+                "INSERT INTO sized VALUES ($1, $2)",
+                &[(id as i32).into(), bytes.into()],
+            )
+            .unwrap();
+        }
+        Spi::run("SELECT automerge_memory_reset()").unwrap();
+        let rows: Vec<(i32, i64, i64)> = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT id, s.estimated_load_bytes, s.payload_bytes \
+                     FROM sized, automerge_storage(doc) s ORDER BY s.estimated_load_bytes DESC",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .map(|row| {
+                    (
+                        row.get(1).unwrap().unwrap(),
+                        row.get(2).unwrap().unwrap(),
+                        row.get(3).unwrap().unwrap(),
+                    )
+                })
+                .collect()
+        });
+        let loads =
+            Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()").unwrap().unwrap();
+        assert_eq!(loads, 0, "the estimate reads the header only");
+        assert_eq!(rows.len(), 3);
+        // The plain text has the most operations, the list of maps the fewest.
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 1, 0], "{rows:?}");
+        for (id, estimate, _) in &rows {
+            let stored = Spi::get_one_with_args::<Vec<u8>>(
+                "SELECT doc::bytea FROM sized WHERE id = $1",
+                &[(*id).into()],
+            );
+            let bytes = stored.unwrap().unwrap();
+            let expected = pg_automerge_core::estimate::estimate_client_bytes(&bytes).unwrap();
+            // From the header and from the bytes, the same order of magnitude.
+            let ratio = *estimate as f64 / expected.peak_bytes() as f64;
+            assert!((0.5..2.0).contains(&ratio), "{id}: {estimate} against {expected:?}");
+        }
     }
 
     #[pg_test]

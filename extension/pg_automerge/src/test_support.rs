@@ -35,6 +35,20 @@ pub fn hex_of(bytes: &[u8]) -> String {
 /// "no error". The subtransaction keeps the test's own transaction usable afterwards,
 /// as a PL/pgSQL EXCEPTION block does.
 pub fn sqlstate_of(sql: &str) -> String {
+    error_of(sql).map_or_else(|| "no error".to_string(), |error| error.sqlstate)
+}
+
+/// What an ERROR said.
+#[derive(Debug)]
+pub struct Raised {
+    pub sqlstate: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// Runs `sql` in a subtransaction, as [`sqlstate_of`] does, and returns the error it
+/// raises, if any.
+pub fn error_of(sql: &str) -> Option<Raised> {
     // SAFETY: the subtransaction is begun and ended here, on every path, with the memory
     // context and resource owner restored as PL/pgSQL does around an EXCEPTION block.
     unsafe {
@@ -47,20 +61,22 @@ pub fn sqlstate_of(sql: &str) -> String {
             pg_sys::ReleaseCurrentSubTransaction();
             pg_sys::MemoryContextSwitchTo(context);
             pg_sys::CurrentResourceOwner = owner;
-            "no error".to_string()
+            None
         })
         .catch_others(|caught| {
             pg_sys::MemoryContextSwitchTo(context);
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
             pg_sys::MemoryContextSwitchTo(context);
             pg_sys::CurrentResourceOwner = owner;
-            let code = match caught {
-                CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => {
-                    report.sql_error_code()
-                }
-                CaughtError::RustPanic { ereport, .. } => ereport.sql_error_code(),
+            let report = match &caught {
+                CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => report,
+                CaughtError::RustPanic { ereport, .. } => ereport,
             };
-            sqlstate_text(code)
+            Some(Raised {
+                sqlstate: sqlstate_text(report.sql_error_code()),
+                message: report.message().to_string(),
+                hint: report.hint().map(str::to_string),
+            })
         })
         .execute()
     }
