@@ -49,6 +49,41 @@ pub struct TestFlags {
     /// Which PostgreSQL major to test against: 15, 17, 18 or all.
     #[arg(long, default_value_t = PgChoice::ALL)]
     pub pg: PgChoice,
+    /// Run only these steps (comma-separated), for work in progress; the whole run, with
+    /// no --only, is what CI runs.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<TestStep>,
+}
+
+/// The steps of `cargo xtask test`, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TestStep {
+    /// clippy on every crate and target, warnings denied
+    Lints,
+    /// the core crates' tests and properties, and the tidy tests
+    Core,
+    /// a bounded fuzzing run
+    Fuzz,
+    /// @automerge/automerge loads a sample of the values the core tests accepted
+    Node,
+    /// the load estimate against measured peaks, release build
+    Estimate,
+    /// the extension's #[pg_test]s, per major
+    Pgrx,
+    /// the SQL examples of README.md and docs/, per major
+    Docs,
+    /// the insta snapshots of each function's psql output, per major
+    Snapshots,
+    /// crashes, standby, replication, dump and upgrades, per major
+    Reliability,
+    /// hostile inputs on a cluster of their own, per major
+    Hostile,
+    /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
+    SideBySide,
+    /// every benchmark once, quick
+    Bench,
+    /// the Docker image, container tests and a short soak
+    Docker,
 }
 
 #[derive(Args, Debug)]

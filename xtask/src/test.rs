@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use crate::bench;
 use crate::cluster::{checkout_id, Cluster};
 use crate::doc_examples;
-use crate::flags::{BenchScale, SetupFlags, TestFlags};
+use crate::flags::{BenchScale, SetupFlags, TestFlags, TestStep};
 use crate::fuzz;
 use crate::image;
 use crate::install::PgInstall;
@@ -53,86 +53,123 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     setup::run(sh, &SetupFlags { pg: flags.pg })?;
     let mut summary: Vec<String> = Vec::new();
     let mut total = Counts::default();
+    let runs = |wanted: TestStep| flags.only.is_empty() || flags.only.contains(&wanted);
 
-    let lints = step("lints: clippy on every crate and target, warnings denied", || {
-        clippy(flags.pg.majors()[0])
-    })?;
-    summary.push(format!("lints: {lints}"));
-    total += lints;
-
-    let core = step("core crates: unit tests and properties", || {
-        let mut cargo = Command::new("cargo");
-        // The extension's tests need a backend and the snapshots a cluster: both run per major;
-        // the soak crate's tests need the Docker image: they run in the Docker step.
-        cargo
-            .args(["test", "--no-fail-fast", "--workspace"])
-            .args(["--exclude", "pg_automerge", "--exclude", "cluster_tests", "--exclude", "soak"])
-            // The load-estimate test prints its estimate/peak table.
-            .args(["--", "--nocapture"])
-            .current_dir(project_root());
-        counted(cargo)
-    })?;
-    summary.push(format!("core crates: {core}"));
-    total += core;
-
-    let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
-        fuzz::campaign(fuzz::BOUNDED_TIME, 1)
-    })?;
-    summary.push(format!("fuzz: {}", fuzzed.counts));
-    total.failed += fuzzed.counts.failures as usize;
-
-    step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
-    // The core tests above wrote a sample of the values they accepted (issue 14).
-    if let Some(samples) = step("Node.js: accepted samples load in @automerge/automerge", || {
-        node_loads_accepted_samples(sh)
-    })? {
-        summary.push(format!("Node.js: accepted samples {samples}"));
-        total += samples;
+    if runs(TestStep::Lints) {
+        let lints = step("lints: clippy on every crate and target, warnings denied", || {
+            clippy(flags.pg.majors()[0])
+        })?;
+        summary.push(format!("lints: {lints}"));
+        total += lints;
     }
 
-    let estimate =
-        step("load estimate against measured peaks (release, small and medium)", || {
-            estimate_peaks(sh)
+    if runs(TestStep::Core) {
+        let core = step("core crates: unit tests and properties", || {
+            let mut cargo = Command::new("cargo");
+            // The extension's tests need a backend and the snapshots a cluster: both run per major;
+            // the soak crate's tests need the Docker image: they run in the Docker step.
+            cargo
+                .args(["test", "--no-fail-fast", "--workspace"])
+                .args([
+                    "--exclude",
+                    "pg_automerge",
+                    "--exclude",
+                    "cluster_tests",
+                    "--exclude",
+                    "soak",
+                ])
+                // The load-estimate test prints its estimate/peak table.
+                .args(["--", "--nocapture"])
+                .current_dir(project_root());
+            counted(cargo)
         })?;
-    summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
-    total += estimate;
+        summary.push(format!("core crates: {core}"));
+        total += core;
+    }
+
+    if runs(TestStep::Fuzz) {
+        let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
+            fuzz::campaign(fuzz::BOUNDED_TIME, 1)
+        })?;
+        summary.push(format!("fuzz: {}", fuzzed.counts));
+        total.failed += fuzzed.counts.failures as usize;
+    }
+
+    if runs(TestStep::Node) || runs(TestStep::Estimate) {
+        step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
+    }
+    // The core tests wrote a sample of the values they accepted (issue 14).
+    if runs(TestStep::Node) {
+        if let Some(samples) =
+            step("Node.js: accepted samples load in @automerge/automerge", || {
+                node_loads_accepted_samples(sh)
+            })?
+        {
+            summary.push(format!("Node.js: accepted samples {samples}"));
+            total += samples;
+        }
+    }
+
+    if runs(TestStep::Estimate) {
+        let estimate =
+            step("load estimate against measured peaks (release, small and medium)", || {
+                estimate_peaks(sh)
+            })?;
+        summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
+        total += estimate;
+    }
 
     for major in flags.pg.majors() {
         // The whole step of this major runs beside a cluster made as `run` makes its own.
-        let beside = (major == side_by_side::MAJOR)
+        let beside = (major == side_by_side::MAJOR && runs(TestStep::SideBySide))
             .then(|| {
                 step(&format!("{major}: a run cluster beside the tests"), || {
                     side_by_side::start(sh)
                 })
             })
             .transpose()?;
-        let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
-        let (examples, cluster) =
-            step(&format!("{major}: documentation examples and cluster tests"), || {
-                cluster_checks(sh, major)
+        if runs(TestStep::Pgrx) {
+            let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
+            summary.push(format!("{major}: extension tests {extension}"));
+            total += extension;
+        } else {
+            // The extension tests install the build the later steps use; without them,
+            // install it here.
+            step(&format!("{major}: install the extension (debug build)"), || {
+                PgInstall::shared(major).install_extension(sh, false)
             })?;
-        let reliability =
-            step(&format!("{major}: reliability (crashes, replication, dump, upgrades)"), || {
-                reliability::run(sh, major)
-            })?;
-        summary.push(format!(
-            "{major}: extension tests {extension}; documentation examples {examples}; \
-             cluster tests {cluster}"
-        ));
-        summary.push(format!(
-            "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
-            major.number(),
-            reliability.counts,
-            reliability.crashes_survived,
-            reliability.upgrades
-        ));
-        total += extension;
-        total += examples;
-        total += cluster;
-        total += reliability.counts;
-        let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
-        summary.push(format!("{major}: hostile inputs: {hostile}"));
-        total += hostile;
+        }
+        let (docs, snapshots) = (runs(TestStep::Docs), runs(TestStep::Snapshots));
+        if docs || snapshots {
+            let (examples, cluster) =
+                step(&format!("{major}: documentation examples and cluster tests"), || {
+                    cluster_checks(sh, major, docs, snapshots)
+                })?;
+            summary.push(format!(
+                "{major}: documentation examples {examples}; cluster tests {cluster}"
+            ));
+            total += examples;
+            total += cluster;
+        }
+        if runs(TestStep::Reliability) {
+            let reliability = step(
+                &format!("{major}: reliability (crashes, replication, dump, upgrades)"),
+                || reliability::run(sh, major),
+            )?;
+            summary.push(format!(
+                "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
+                major.number(),
+                reliability.counts,
+                reliability.crashes_survived,
+                reliability.upgrades
+            ));
+            total += reliability.counts;
+        }
+        if runs(TestStep::Hostile) {
+            let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
+            summary.push(format!("{major}: hostile inputs: {hostile}"));
+            total += hostile;
+        }
         if let Some(beside) = beside {
             let unharmed =
                 step(&format!("{major}: the run cluster beside the tests is unharmed"), || {
@@ -146,19 +183,24 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     // Every bench runs once on the small fixtures: no timing is checked, only that each
     // still works against the extension as built.
     let major = flags.pg.majors()[0];
-    let benches = step("benchmarks, quick (a smoke check)", || {
-        bench::measure_and_report(sh, major, BenchScale::Small, 2, None)
-    })?;
-    summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
-    total += Counts { passed: benches, failed: 0 };
-    let docker = step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
-    summary.push(match docker {
-        Ok(counts) => {
-            total += counts;
-            format!("Docker: container tests and short soak {counts}")
-        }
-        Err(reason) => format!("Docker: SKIPPED, no Docker engine can run here ({reason})"),
-    });
+    if runs(TestStep::Bench) {
+        let benches = step("benchmarks, quick (a smoke check)", || {
+            bench::measure_and_report(sh, major, BenchScale::Small, 2, None)
+        })?;
+        summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
+        total += Counts { passed: benches, failed: 0 };
+    }
+    if runs(TestStep::Docker) {
+        let docker =
+            step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
+        summary.push(match docker {
+            Ok(counts) => {
+                total += counts;
+                format!("Docker: container tests and short soak {counts}")
+            }
+            Err(reason) => format!("Docker: SKIPPED, no Docker engine can run here ({reason})"),
+        });
+    }
 
     println!();
     for line in &summary {
@@ -264,9 +306,18 @@ fn estimate_peaks(sh: &Shell) -> Result<Counts> {
 /// Runs the SQL examples of README.md and docs/, then the insta snapshots of every
 /// function's psql output, on a fresh database with the sample documents, against the
 /// extension that the pgrx tests just installed.
-fn cluster_checks(sh: &Shell, major: PgMajor) -> Result<(Counts, Counts)> {
+fn cluster_checks(
+    sh: &Shell,
+    major: PgMajor,
+    docs: bool,
+    snapshots: bool,
+) -> Result<(Counts, Counts)> {
     let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "test")?, Fresh::Yes)?;
-    let checks = doc_examples::check_all(&cluster).and_then(|examples| {
+    let examples = if docs { doc_examples::check_all(&cluster) } else { Ok(Counts::default()) };
+    let checks = examples.and_then(|examples| {
+        if !snapshots {
+            return Ok((examples, Counts::default()));
+        }
         let mut snapshots = Command::new("cargo");
         snapshots
             .args(["test", "--no-fail-fast", "--package", "cluster_tests", "--", "--nocapture"])
