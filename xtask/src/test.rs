@@ -54,6 +54,7 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
     let mut summary: Vec<String> = Vec::new();
     let mut total = Counts::default();
     let runs = |wanted: TestStep| flags.only.is_empty() || flags.only.contains(&wanted);
+    use TestStep::{Docs, Hostile, Reliability, SideBySide, Snapshots};
 
     if runs(TestStep::Lints) {
         let lints = step("lints: clippy on every crate and target, warnings denied", || {
@@ -132,7 +133,7 @@ pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
             let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
             summary.push(format!("{major}: extension tests {extension}"));
             total += extension;
-        } else {
+        } else if [Docs, Snapshots, Reliability, Hostile, SideBySide].into_iter().any(runs) {
             // The extension tests install the build the later steps use; without them,
             // install it here.
             step(&format!("{major}: install the extension (debug build)"), || {
