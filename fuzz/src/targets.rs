@@ -14,10 +14,15 @@ use pg_automerge_core::{format, heads, history, json, memory, spans, text_form, 
 pub const LOAD_LIMIT: WriteSettings =
     WriteSettings { load_limit: LoadLimit(Some(64 << 20)), ..WriteSettings::UNLIMITED };
 
-/// A load may reach this many times its estimate before it counts as a failure. The
-/// estimate is calibrated to be above every measured peak; twice leaves room for the
-/// save that follows a load, but not for a runaway.
+/// A load may reach this many times its estimate, plus [`MEMORY_SLACK`], before it counts
+/// as a failure. The estimate is fit to the load alone (1.0–1.5× of its peak); twice leaves
+/// room for the save that follows a load, but not for a runaway.
 pub const MEMORY_FACTOR: u64 = 2;
+
+/// What a write adds around its load whatever the document's size (the kept JSON, the
+/// save, the loader-rule checks' metadata): on a small document it can pass twice a load
+/// estimate fit to the load alone, and it is bounded, which is what the check is for.
+pub const MEMORY_SLACK: u64 = 4 << 20;
 
 /// At most this many objects are visited looking for text, and texts read as spans.
 const MAX_OBJECTS: usize = 200;
@@ -102,7 +107,7 @@ impl Report {
     }
 
     /// Like `call`, and fails when the heap's peak during the call is above
-    /// `MEMORY_FACTOR` times `estimate`.
+    /// `MEMORY_FACTOR` times `estimate` plus `MEMORY_SLACK`.
     fn measured<T>(
         &mut self,
         target: &'static str,
@@ -113,7 +118,7 @@ impl Report {
         memory::reset();
         let result = self.call(target, call);
         let peak = memory::usage().peak_allocated_bytes.saturating_sub(before) as u64;
-        if peak > estimate.saturating_mul(MEMORY_FACTOR) {
+        if peak > estimate.saturating_mul(MEMORY_FACTOR).saturating_add(MEMORY_SLACK) {
             self.failures.push(Failure {
                 target,
                 what: format!("peak heap {peak} bytes, estimate {estimate} bytes"),

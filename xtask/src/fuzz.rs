@@ -142,7 +142,7 @@ fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
          | corpus at the end (seeds and kept mutants) | {corpus} |\n\
          | executions whose input reached Automerge's load | {reached} |\n\
          | executions whose input loaded as a document | {loaded} |\n\
-         | failures (a panic escaping the core, a load over twice its estimate, an input over 5 s) | {failures} |\n\
+         | failures (a panic escaping the core, a load over twice its estimate plus 4 MB, an input over 5 s) | {failures} |\n\
          | kinds of Automerge panic that the core caught and refused | {caught} |\n\
          | committed regression inputs (`fuzz/regressions/`) | {regressions} |\n\n\
          ## Failures\n\n{failure_list}\n\
