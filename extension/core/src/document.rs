@@ -232,20 +232,28 @@ pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
 /// Loads the document of a stored value. Changes appended after its save are checked as
 /// a write checks them: values that 0.3.0 stored with a change that its save would not
 /// load again are refused here, instead of being saved into something no load accepts
-/// (`automerge_recover` repairs them).
+/// (`automerge_repair` mends them).
 pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
     let (save, appended) = split_save(format::decode(stored)?.payload);
-    let corrupt = |err: Error| Error::CorruptStoredValue(err.to_string());
-    let mut doc = memory::timed_load(|| no_panic(|| Automerge::load(save)))
-        .map_err(Error::CorruptStoredValue)?
-        .map_err(|err| Error::CorruptStoredValue(err.to_string()))?;
+    let mut doc = load_saved(save, Automerge::load)?;
     writes::apply_to(&mut doc, appended).map_err(|err| match err {
         Error::BreaksLoadRule(broken) => {
             Error::CorruptStoredValue(format!("an appended change breaks a loader rule: {broken}"))
         }
-        other => corrupt(other),
+        other => Error::CorruptStoredValue(other.to_string()),
     })?;
     Ok(doc)
+}
+
+/// The stored save `bytes` loaded with `loader` (checked or not), counted as a load; what
+/// fails is a corrupt stored value.
+pub(crate) fn load_saved(
+    bytes: &[u8],
+    loader: fn(&[u8]) -> Result<Automerge, automerge::AutomergeError>,
+) -> Result<Automerge, Error> {
+    memory::timed_load(|| no_panic(|| loader(bytes)))
+        .map_err(Error::CorruptStoredValue)?
+        .map_err(|err| Error::CorruptStoredValue(err.to_string()))
 }
 
 /// Whether `doc` has every change in `hashes`.

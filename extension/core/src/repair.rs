@@ -6,10 +6,10 @@
 
 use automerge::{hydrate, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
-use crate::document::{self, split_save, to_stored, WriteSettings};
+use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_stored};
 use crate::guard::no_panic;
-use crate::{format, json, memory, writes, Error};
+use crate::{format, json, writes, Error};
 
 /// Whether a stored value keeps the invariant: its header decodes; its save loads and the
 /// changes appended after it pass the loader's rules (see [`document::load_stored`]); its
@@ -69,7 +69,7 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
     }
     let value = format::decode(stored)?;
     let (save, appended) = split_save(value.payload);
-    let (mut doc, rebuilt) = match load(save, Automerge::load) {
+    let (mut doc, rebuilt) = match load_saved(save, Automerge::load) {
         Ok(doc) => (doc, None),
         Err(_) => match rebuild(save) {
             Ok(doc) => (doc, Some(Rebuilt::FromOperations)),
@@ -91,23 +91,14 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
     Ok(Repaired { stored: to_stored(&doc, settings.keep_json)?, dropped, rebuilt })
 }
 
-fn load(
-    bytes: &[u8],
-    loader: fn(&[u8]) -> Result<Automerge, automerge::AutomergeError>,
-) -> Result<Automerge, Error> {
-    memory::timed_load(|| no_panic(|| loader(bytes)))
-        .map_err(Error::CorruptStoredValue)?
-        .map_err(|err| Error::CorruptStoredValue(err.to_string()))
-}
-
 /// A save that does not load with its recorded heads, rebuilt from its operations: loaded
 /// without checking the heads, saved (which records each change as its operations make
 /// it) and loaded again, checked.
 fn rebuild(save: &[u8]) -> Result<Automerge, Error> {
-    let unchecked = load(save, Automerge::load_unverified_heads)?;
+    let unchecked = load_saved(save, Automerge::load_unverified_heads)?;
     let saved = no_panic(|| unchecked.save()).map_err(Error::CorruptStoredValue)?;
     drop(unchecked);
-    load(&saved, Automerge::load)
+    load_saved(&saved, Automerge::load)
         .map_err(|err| Error::CorruptStoredValue(format!("it cannot be rebuilt either: {err}")))
 }
 

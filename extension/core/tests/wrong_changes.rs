@@ -89,7 +89,7 @@ fn every_kind_has_a_test() {
     assert_eq!(Wrong::ALL.len(), 19);
 }
 
-// The cases of the five `#[ignore]`d tests of adversarial.rs, through every entry point.
+// The five cases adversarial.rs once skipped as known failures, through every entry point.
 
 fn actor(n: u8) -> ActorId {
     ActorId::from([n; 16])
