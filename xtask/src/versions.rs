@@ -19,6 +19,7 @@ pub const RELEASES: &[(&str, &str)] = &[
     ("0.1.0", "42b79e05404de9f694b6fa3fe1a65a72f886d4aae61f264e93ecf74ed4d86bff"),
     ("0.2.0", "ff59eea797646745603ace46f4cb98de3726c984b77fe5eb34d4902f6e1712ea"),
     ("0.3.0", "f326a8be4ef0449bf20fd596de7151aa06ed1f1636a57ae270ffb4e867440069"),
+    ("0.4.0", "995f13c14e6c6a5fc5842b7560123dc674a987da884be184812a11c5d27cf36c"),
 ];
 
 pub fn sql_dir() -> PathBuf {
