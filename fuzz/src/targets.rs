@@ -182,7 +182,7 @@ pub fn run(input: &[u8], base: &[u8]) -> Report {
     // A stored value whose header does not describe its payload: what a corrupted page
     // would hold. Reads of stored values are not limited, so the payload is estimated
     // first, as the input to the type was.
-    let mut mismatched = base[..format::header_len(base).expect("a valid base")].to_vec();
+    let mut mismatched = base[..format::Header::len_from(base).expect("a valid base")].to_vec();
     mismatched.extend_from_slice(input);
     if within_limit(&estimate) {
         reads(&mut report, &mismatched);

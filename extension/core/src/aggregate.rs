@@ -98,7 +98,7 @@ impl MergeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::{to_stored, LoadLimit};
+    use crate::document::{to_stored, LoadLimit, WriteSettings};
     use automerge::transaction::{CommitOptions, Transactable};
     use automerge::{ActorId, AutoCommit, ROOT};
 
@@ -112,7 +112,8 @@ mod tests {
             doc.put(ROOT, format!("k{actor}/{i}"), i as i64).unwrap();
         }
         doc.commit_with(CommitOptions::default().with_time(0));
-        to_stored(doc.document(), false).unwrap()
+        to_stored(doc.document(), WriteSettings { keep_json: false, ..WriteSettings::UNLIMITED })
+            .unwrap()
     }
 
     #[test]

@@ -5,8 +5,9 @@ use std::borrow::Cow;
 use automerge::{Automerge, ChangeHash, ObjId, ReadDoc, ROOT};
 
 use crate::estimate::{self, LoadEstimate};
-use crate::format::{self, ActorClock, Kept, RootOps, StoredValue, Summary};
+use crate::format::{self, ActorClock, Header, Kept, Prefix, RootOps, StoredValue, Summary};
 use crate::guard::no_panic;
+use crate::kept_json::{self, JsonCodec, TextJson};
 use crate::{cache, json, memory, writes, Error};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
@@ -71,13 +72,13 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
     (summary, Kept { max_op, appended_changes: 0, json: None, clock, root })
 }
 
-/// The stored form of a loaded document, keeping its JSON when `keep_json` (a document too
+/// The stored form of a loaded document, keeping its JSON when the settings do (a document too
 /// deeply nested for JSON is stored without it: reading it as JSON fails either way).
 /// Automerge's save refuses (panics on) documents it considers inconsistent, such as one
 /// listing an actor that no change uses.
-pub fn to_stored(doc: &Automerge, keep_json: bool) -> Result<Vec<u8>, Error> {
+pub fn to_stored(doc: &Automerge, settings: WriteSettings) -> Result<Vec<u8>, Error> {
     let saved = save(doc)?;
-    encode_loaded(doc, keep_json, &saved, 0)
+    encode_loaded(doc, settings, &saved, 0)
 }
 
 /// The document's Automerge save, as clients load it.
@@ -89,20 +90,20 @@ pub fn save(doc: &Automerge) -> Result<Vec<u8>, Error> {
 /// `appended_changes` change chunks).
 fn encode_loaded(
     doc: &Automerge,
-    keep_json: bool,
+    settings: WriteSettings,
     payload: &[u8],
     appended_changes: u32,
 ) -> Result<Vec<u8>, Error> {
-    let json = match keep_json {
+    let json = match settings.keep_json {
         true => match json::document(doc, None) {
-            Ok(json) => Some(json.to_string()),
+            Ok(json) => Some(kept_json::keep(&json, settings.json_codec)?),
             Err(Error::TooDeep { .. }) => None,
             Err(other) => return Err(other),
         },
         false => None,
     };
     let (summary, kept) = summarize(doc);
-    let kept = Kept { json: json.as_deref(), appended_changes, ..kept };
+    let kept = Kept { json: json.as_ref().map(|json| json.as_kept()), appended_changes, ..kept };
     Ok(format::encode(&summary, &kept, payload))
 }
 
@@ -146,12 +147,14 @@ pub const DEFAULT_CACHE_BUDGET: u64 = 64 << 20;
 
 /// How writes load and store documents; the adapter fills it from the `pg_automerge.*`
 /// settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct WriteSettings {
     /// `max_load_memory`.
     pub load_limit: LoadLimit,
     /// `keep_jsonb`: keep the document's JSON in what is stored, so reads need no load.
     pub keep_json: bool,
+    /// How the JSON is kept: PostgreSQL's `jsonb` in the extension, text without it.
+    pub json_codec: &'static dyn JsonCodec,
     /// `append_limit`: how many changes may sit appended after the last save before a
     /// write loads and re-saves the document; 0 makes every write load.
     pub append_limit: u32,
@@ -165,6 +168,7 @@ impl WriteSettings {
     pub const UNLIMITED: WriteSettings = WriteSettings {
         load_limit: LoadLimit::NONE,
         keep_json: true,
+        json_codec: &TextJson,
         append_limit: DEFAULT_APPEND_LIMIT,
         cache_budget: DEFAULT_CACHE_BUDGET,
     };
@@ -180,20 +184,31 @@ pub fn stored_from_client_bytes(bytes: &[u8], settings: WriteSettings) -> Result
     // A save, with or without changes after it, is stored as it came: the load checked it,
     // and a dump restores byte for byte. Anything else is stored as the document it makes.
     let stored = match changes_after_a_save(bytes) {
-        Some(changes) => encode_loaded(&doc, settings.keep_json, bytes, changes)?,
-        None => to_stored(&doc, settings.keep_json)?,
+        Some(changes) => encode_loaded(&doc, settings, bytes, changes)?,
+        None => to_stored(&doc, settings)?,
     };
     cache::keep(doc.get_heads(), doc, kept_bytes, settings.cache_budget);
     Ok(stored)
 }
 
-/// The document as JSON text: the kept JSON when the value has it, else from a load. Reads
-/// the value's leading bytes only when that answers (see [`format::json_end`]).
-pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
-    if let Some(json) = format::decode_json(stored)? {
-        return Ok(Cow::Borrowed(json));
+/// The document as JSON text, for a value that keeps none in `codec`'s layout: kept text
+/// as it is, any other kept JSON read back, else from a load.
+pub fn json_text<'a>(
+    stored: &'a [u8],
+    codec: &'static dyn JsonCodec,
+) -> Result<Cow<'a, str>, Error> {
+    match format::decode(stored)?.kept.and_then(|kept| kept.json) {
+        Some(json) if json.layout == format::JsonLayout::Text => match json.raw()? {
+            Cow::Borrowed(raw) => std::str::from_utf8(raw)
+                .map(Cow::Borrowed)
+                .map_err(|_| Error::CorruptStoredValue("kept JSON is not UTF-8".into())),
+            Cow::Owned(raw) => String::from_utf8(raw)
+                .map(Cow::Owned)
+                .map_err(|_| Error::CorruptStoredValue("kept JSON is not UTF-8".into())),
+        },
+        Some(json) => Ok(Cow::Owned(kept_json::decode(&json, codec)?.to_string())),
+        None => Ok(Cow::Owned(json::document(&load_stored(stored)?, None)?.to_string())),
     }
-    Ok(Cow::Owned(json::document(&load_stored(stored)?, None)?.to_string()))
 }
 
 /// The stored value saved anew in the current format, with no appended changes and its JSON
@@ -201,27 +216,39 @@ pub fn json_text(stored: &[u8]) -> Result<Cow<'_, str>, Error> {
 pub fn compact(stored: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
     let value = format::decode(stored)?;
     settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload))?;
-    to_stored(&load_stored(stored)?, settings.keep_json)
+    to_stored(&load_stored(stored)?, settings)
 }
 
 /// Whether the stored value is known, from its header alone, to contain every change in
 /// `hashes`: each is one of its heads or the latest change of one of its actors (a change
 /// hash names its whole history, so the value then has their ancestors too).
 pub fn contains(value: &StoredValue<'_>, hashes: &[ChangeHash]) -> bool {
+    let clock = value.kept.as_ref().map(|kept| &kept.clock);
+    header_contains(&value.summary.heads, clock, hashes)
+}
+
+fn header_contains(
+    heads: &[ChangeHash],
+    clock: Option<&ActorClock>,
+    hashes: &[ChangeHash],
+) -> bool {
     hashes.iter().all(|hash| {
-        value.summary.heads.contains(hash)
-            || value.kept.as_ref().is_some_and(|kept| kept.is_latest_change(hash))
+        heads.contains(hash)
+            || clock.is_some_and(|clock| clock.values().any(|(_, latest)| latest == hash))
     })
 }
 
 /// Whether the document has every change in `hashes`, as a client asks before sending
-/// what it has: from the header when it answers (a client that is up to date, or that
-/// synced since its last write), else from a load.
-pub fn has_changes(stored: &[u8], hashes: &[ChangeHash]) -> Result<bool, Error> {
-    if contains(&format::decode(stored)?, hashes) {
+/// what it has: from the header and actor table when they answer (a client that is up to
+/// date, or that synced since its last write), which are all that is fetched then; else
+/// from a load.
+pub fn has_changes<'a>(value: &impl Prefix<'a>, hashes: &[ChangeHash]) -> Result<bool, Error> {
+    let header = Header::read(value)?;
+    let clock = header.clock(value.prefix(header.clock_end()))?;
+    if header_contains(&header.summary.heads, Some(&clock), hashes) {
         return Ok(true);
     }
-    Ok(has_all(&load_stored(stored)?, hashes))
+    Ok(has_all(&load_stored(value.prefix(usize::MAX))?, hashes))
 }
 
 /// The Automerge bytes of a stored value, as clients load them: no load needed.
@@ -279,7 +306,7 @@ mod tests {
     fn empty_input_is_the_empty_document() {
         let doc = load_client_bytes(&[]).unwrap();
         assert!(doc.get_heads().is_empty());
-        let stored = to_stored(&doc, true).unwrap();
+        let stored = to_stored(&doc, WriteSettings::UNLIMITED).unwrap();
         let value = format::decode(&stored).unwrap();
         assert_eq!(value.summary, Summary { change_count: 0, op_count: 0, heads: vec![] });
         assert!(load_stored(&stored).unwrap().get_heads().is_empty());
@@ -364,6 +391,7 @@ mod tests {
         let value = format::decode(&stored).unwrap();
         assert!(contains(&value, &second), "a head");
         assert!(!contains(&value, &first), "an older change: the header cannot tell");
+        let stored = &stored[..];
         assert!(has_changes(&stored, &first).unwrap(), "a load can");
         assert!(has_changes(&stored, &[]).unwrap());
         assert!(!has_changes(&stored, &[second[0], other.get_heads()[0]]).unwrap());

@@ -5,55 +5,77 @@
 //! layout can change in later versions while old values stay readable. All integers
 //! are little-endian.
 //!
-//! Version 2 (written by 0.3.0 and later) keeps, beside the summary, what lets reads and
-//! small writes skip the load: the document's JSON, each actor's latest change, and the
-//! operations behind each root key's value.
+//! Version 3 (written by 0.5.0 and later) orders the sections by who reads them: the
+//! header and the actor table (heads, counts, "has these changes") come first, so that
+//! such reads fetch one TOAST chunk; then the kept JSON, which `jsonb` reads fetch
+//! without the rest; then what only writes need. The type is stored `external` (TOAST
+//! never compresses it, so a prefix is fetched chunk by chunk), and the JSON section is
+//! compressed here instead, with LZ4, when large.
 //!
-//! | offset   | size | field                                                   |
-//! |----------|------|---------------------------------------------------------|
-//! | 0        | 1    | format version (2)                                      |
-//! | 1        | 1    | flags: bit 0 set when the JSON is kept                  |
-//! | 2        | 2    | reserved (0)                                            |
-//! | 4        | 4    | header length `h`: fixed part and heads                 |
-//! | 8        | 8    | number of changes                                       |
-//! | 16       | 8    | number of operations                                    |
-//! | 24       | 4    | number of heads `n`                                     |
-//! | 28       | 8    | largest operation counter                               |
-//! | 36       | 4    | changes appended after the last save                    |
-//! | 40       | 4    | JSON length `j` (0 when not kept)                       |
-//! | 44       | 4    | actor table length `a`                                  |
-//! | 48       | 4    | root table length `r`                                   |
-//! | 52       | 32·n | the heads (change hashes), sorted                       |
-//! | h        | j    | the document as JSON text (UTF-8), when kept            |
-//! | h+j      | a    | actor table: count (4), then per actor its id's length  |
-//! |          |      | (4), the id, its latest change's sequence number (8)    |
-//! |          |      | and hash (32), sorted by id                             |
-//! | h+j+a    | r    | root table: count (4), then per root key its length (4) |
-//! |          |      | and UTF-8 bytes, and the operations whose values it     |
-//! |          |      | shows: count (4), then per operation its counter (8),   |
-//! |          |      | actor id length (4) and actor id; sorted by key         |
-//! | h+j+a+r  | rest | payload: an Automerge `save()`, then any change chunks  |
-//! |          |      | appended since                                          |
+//! | offset    | size | field                                                    |
+//! |-----------|------|----------------------------------------------------------|
+//! | 0         | 1    | format version (3)                                       |
+//! | 1         | 1    | flags: bit 0 JSON kept, bit 1 it is PostgreSQL's binary  |
+//! |           |      | `jsonb` (else UTF-8 text), bit 2 it is LZ4-compressed    |
+//! | 2         | 2    | reserved (0)                                             |
+//! | 4         | 4    | header length `h`: fixed part and heads                  |
+//! | 8         | 8    | number of changes                                        |
+//! | 16        | 8    | number of operations                                     |
+//! | 24        | 4    | number of heads `n`                                      |
+//! | 28        | 8    | largest operation counter                                |
+//! | 36        | 4    | changes appended after the last save                     |
+//! | 40        | 4    | actor table length `a`                                   |
+//! | 44        | 4    | JSON section length `j` (0 when not kept)                |
+//! | 48        | 4    | JSON length once decompressed (`j` when not compressed)  |
+//! | 52        | 4    | root table length `r`                                    |
+//! | 56        | 32·n | the heads (change hashes), sorted                        |
+//! | h         | a    | actor table: count (4), then per actor its id's length   |
+//! |           |      | (4), the id, its latest change's sequence number (8)     |
+//! |           |      | and hash (32), sorted by id                              |
+//! | h+a       | j    | the document's JSON, when kept                           |
+//! | h+a+j     | r    | root table: count (4), then per root key its length (4)  |
+//! |           |      | and UTF-8 bytes, and the operations whose values it      |
+//! |           |      | shows: count (4), then per operation its counter (8),    |
+//! |           |      | actor id length (4) and actor id; sorted by key          |
+//! | h+a+j+r   | rest | payload: an Automerge `save()`, then any change chunks   |
+//! |           |      | appended since                                           |
+//!
+//! Version 2 (0.3.0 and 0.4.0; read, never written): a 52-byte fixed part (as above to
+//! offset 40, then `j` at 40, `a` at 44, `r` at 48; flag bit 0 only), the heads at 52,
+//! then the JSON as text, the actor table, the root table and the payload.
 //!
 //! Version 1 (0.1.0 and 0.2.0; read, never written): the first 28 bytes as above with
 //! flags 0, the heads at 28, the payload (a `save()`) at `h`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use automerge::{ActorId, ChangeHash};
 
 use crate::Error;
 
 /// The version this build writes. It reads every version up to this one.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// The first bytes of every Automerge chunk, which a stored payload must start with.
 pub const AUTOMERGE_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 
+/// How many bytes of a stored value to fetch first: one TOAST chunk (of an 8 kB page),
+/// which holds the fixed header, the heads and usually the actor table.
+pub const FIRST_FETCH: usize = 1996;
+
 const V1_FIXED_LEN: usize = 28;
-const FIXED_HEADER_LEN: usize = 52;
+const V2_FIXED_LEN: usize = 52;
+const FIXED_HEADER_LEN: usize = 56;
 const HASH_LEN: usize = 32;
 const FLAG_JSON: u8 = 1;
+const FLAG_JSONB: u8 = 2;
+const FLAG_LZ4: u8 = 4;
+
+/// JSON sections shorter than this are kept uncompressed: TOAST would keep such a value
+/// inline too, and a small read should not pay a decompression.
+const COMPRESS_FROM: usize = 2048;
 
 /// What the header records about the document in the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +95,88 @@ pub type ActorClock = BTreeMap<ActorId, (u64, ChangeHash)>;
 /// on a root key replaces exactly what is there, without loading.
 pub type RootOps = BTreeMap<String, Vec<(u64, ActorId)>>;
 
-/// What format 2 keeps beside the summary.
+/// How the kept JSON is written down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonLayout {
+    /// UTF-8 JSON text (versions 2 and 3; what the core's tests and tools keep).
+    Text,
+    /// The data of a PostgreSQL `jsonb` datum (version 3; what the extension keeps), built
+    /// and read by PostgreSQL's own functions in the adapter.
+    Jsonb,
+}
+
+/// The kept JSON as stored, borrowed: possibly compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptJson<'a> {
+    pub layout: JsonLayout,
+    /// Its length once decompressed; `bytes.len()` when not compressed.
+    pub raw_len: usize,
+    compressed: bool,
+    bytes: &'a [u8],
+}
+
+impl<'a> KeptJson<'a> {
+    /// The JSON's bytes, decompressed when stored compressed.
+    pub fn raw(&self) -> Result<Cow<'a, [u8]>, Error> {
+        if !self.compressed {
+            return Ok(Cow::Borrowed(self.bytes));
+        }
+        let mut raw = vec![0; self.raw_len];
+        self.decompress_into(&mut raw)?;
+        Ok(Cow::Owned(raw))
+    }
+
+    /// Writes the JSON's bytes into `out`, which is [`raw_len`](Self::raw_len) long: so that
+    /// the adapter can decompress straight into memory PostgreSQL owns.
+    pub fn decompress_into(&self, out: &mut [u8]) -> Result<(), Error> {
+        if !self.compressed {
+            out.copy_from_slice(self.bytes);
+            return Ok(());
+        }
+        match lz4_flex::block::decompress_into(self.bytes, out) {
+            Ok(len) if len == self.raw_len => Ok(()),
+            _ => Err(Error::CorruptStoredValue("kept JSON does not decompress".into())),
+        }
+    }
+
+    /// How many bytes the JSON takes in the stored value.
+    pub fn stored_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// The kept JSON ready to be stored: compressed when that pays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptJsonBuf {
+    layout: JsonLayout,
+    raw_len: usize,
+    compressed: bool,
+    bytes: Vec<u8>,
+}
+
+impl KeptJsonBuf {
+    pub fn new(layout: JsonLayout, raw: Vec<u8>) -> KeptJsonBuf {
+        let raw_len = raw.len();
+        if raw_len >= COMPRESS_FROM {
+            let compressed = lz4_flex::block::compress(&raw);
+            if compressed.len() < raw_len {
+                return KeptJsonBuf { layout, raw_len, compressed: true, bytes: compressed };
+            }
+        }
+        KeptJsonBuf { layout, raw_len, compressed: false, bytes: raw }
+    }
+
+    pub fn as_kept(&self) -> KeptJson<'_> {
+        KeptJson {
+            layout: self.layout,
+            raw_len: self.raw_len,
+            compressed: self.compressed,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+/// What versions 2 and 3 keep beside the summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept<'a> {
     /// The largest operation counter in the document.
@@ -81,7 +184,7 @@ pub struct Kept<'a> {
     /// Change chunks appended to the payload since its `save()`.
     pub appended_changes: u32,
     /// The document as JSON, when kept and current.
-    pub json: Option<&'a str>,
+    pub json: Option<KeptJson<'a>>,
     pub clock: ActorClock,
     pub root: RootOps,
 }
@@ -93,7 +196,8 @@ impl Kept<'_> {
     }
 }
 
-/// A stored value split into its header fields and the Automerge bytes, borrowed.
+/// A stored value decoded once: its header fields, what it keeps, and the Automerge bytes,
+/// borrowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredValue<'a> {
     pub version: u8,
@@ -103,16 +207,232 @@ pub struct StoredValue<'a> {
     pub payload: &'a [u8],
 }
 
+/// A stored value whose leading bytes can be had without the rest: a slice in memory, or
+/// in the adapter a TOAST pointer whose chunks are fetched as far as asked.
+pub trait Prefix<'a> {
+    /// The value's first `len` bytes, or all of it when shorter.
+    fn prefix(&self, len: usize) -> &'a [u8];
+}
+
+impl<'a> Prefix<'a> for &'a [u8] {
+    fn prefix(&self, len: usize) -> &'a [u8] {
+        &self[..len.min(self.len())]
+    }
+}
+
+/// A stored value's header, decoded from its first bytes: the summary, and where every
+/// section lies, so that each is fetched only by the reads that need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub version: u8,
+    pub summary: Summary,
+    flags: u8,
+    /// Present from version 2 on.
+    v2: Option<V2Fields>,
+    json: Range<usize>,
+    json_raw_len: usize,
+    clock: Range<usize>,
+    root: Range<usize>,
+    payload_at: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct V2Fields {
+    max_op: u64,
+    appended_changes: u32,
+}
+
+impl Header {
+    /// How many leading bytes hold the header (fixed part and heads), from at least the
+    /// fixed part; `None` when `prefix` is shorter than that.
+    pub fn len_from(prefix: &[u8]) -> Option<usize> {
+        let fixed = match prefix.first()? {
+            1 => V1_FIXED_LEN,
+            2 => V2_FIXED_LEN,
+            _ => FIXED_HEADER_LEN,
+        };
+        (prefix.len() >= fixed).then(|| read_u32(prefix, 4) as usize)
+    }
+
+    /// Decodes the header from the value's leading bytes, which must hold at least
+    /// [`len_from`](Self::len_from) of them. Fails on anything this build did not write or
+    /// cannot read.
+    pub fn parse(bytes: &[u8]) -> Result<Header, Error> {
+        let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
+        let version = *bytes.first().ok_or_else(|| corrupt("shorter than its header"))?;
+        let (fixed_len, known_flags) = match version {
+            0 => return Err(corrupt("format version 0")),
+            1 => (V1_FIXED_LEN, 0),
+            2 => (V2_FIXED_LEN, FLAG_JSON),
+            3 => (FIXED_HEADER_LEN, FLAG_JSON | FLAG_JSONB | FLAG_LZ4),
+            _ => {
+                return Err(Error::UnsupportedFormatVersion {
+                    found: version,
+                    supported: FORMAT_VERSION,
+                })
+            }
+        };
+        if bytes.len() < fixed_len {
+            return Err(corrupt("shorter than its header"));
+        }
+        let flags = bytes[1];
+        if flags & !known_flags != 0 || bytes[2..4] != [0, 0] {
+            return Err(corrupt("unknown flags"));
+        }
+        let header_len = read_u32(bytes, 4) as usize;
+        let head_count = read_u32(bytes, 24) as usize;
+        let expected_len = head_count
+            .checked_mul(HASH_LEN)
+            .and_then(|len| len.checked_add(fixed_len))
+            .ok_or_else(|| corrupt("impossible number of heads"))?;
+        if header_len != expected_len || header_len > bytes.len() {
+            return Err(corrupt("header length does not match its heads"));
+        }
+        let heads = bytes[fixed_len..header_len]
+            .chunks_exact(HASH_LEN)
+            .map(|hash| ChangeHash(hash.try_into().expect("chunks_exact yields 32 bytes")))
+            .collect();
+        let summary =
+            Summary { change_count: read_u64(bytes, 8), op_count: read_u64(bytes, 16), heads };
+        // Section lengths, in the order of the sections.
+        let (lengths, json_raw_len) = match version {
+            1 => ([0, 0, 0], 0),
+            2 => {
+                let (json, clock, root) =
+                    (read_u32(bytes, 40), read_u32(bytes, 44), read_u32(bytes, 48));
+                ([json, clock, root].map(|len| len as usize), json as usize)
+            }
+            _ => {
+                let (clock, json, root) =
+                    (read_u32(bytes, 40), read_u32(bytes, 44), read_u32(bytes, 52));
+                ([clock, json, root].map(|len| len as usize), read_u32(bytes, 48) as usize)
+            }
+        };
+        let mut at = header_len;
+        let [first, second, root] = lengths.map(|len| {
+            let start = at;
+            at = at.saturating_add(len);
+            start..at
+        });
+        let (json, clock) = if version == 2 { (first, second) } else { (second, first) };
+        if flags & FLAG_JSON == 0 && !json.is_empty() {
+            return Err(corrupt("JSON without its flag"));
+        }
+        // A corrupt length must not make a reader allocate without bound: LZ4 cannot
+        // expand a byte to more than 255.
+        let bound = json.len().saturating_mul(255).saturating_add(16);
+        if (flags & FLAG_LZ4 == 0 && json_raw_len != json.len()) || json_raw_len > bound {
+            return Err(corrupt("JSON lengths disagree"));
+        }
+        let v2 = (version >= 2).then(|| V2Fields {
+            max_op: read_u64(bytes, 28),
+            appended_changes: read_u32(bytes, 36),
+        });
+        Ok(Header { version, summary, flags, v2, json, json_raw_len, clock, root, payload_at: at })
+    }
+
+    /// Fetches and decodes the header of `value`: one fetch of [`FIRST_FETCH`] bytes for any
+    /// value with fewer than about sixty heads.
+    pub fn read<'a>(value: &impl Prefix<'a>) -> Result<Header, Error> {
+        let first = value.prefix(FIRST_FETCH);
+        match Header::len_from(first) {
+            Some(len) if len > first.len() => Header::parse(value.prefix(len)),
+            _ => Header::parse(first),
+        }
+    }
+
+    /// Where the kept JSON ends: what a `jsonb` read fetches.
+    pub fn json_end(&self) -> usize {
+        self.json.end
+    }
+
+    /// Where the actor table ends: what a "has these changes" check fetches.
+    pub fn clock_end(&self) -> usize {
+        self.clock.end
+    }
+
+    /// The kept JSON, from at least [`json_end`](Self::json_end) leading bytes of the value;
+    /// `None` when the value keeps none.
+    pub fn json<'a>(&self, leading: &'a [u8]) -> Result<Option<KeptJson<'a>>, Error> {
+        if self.flags & FLAG_JSON == 0 {
+            return Ok(None);
+        }
+        let bytes = section(leading, &self.json)?;
+        let layout = match self.flags & FLAG_JSONB {
+            0 => JsonLayout::Text,
+            _ => JsonLayout::Jsonb,
+        };
+        Ok(Some(KeptJson {
+            layout,
+            raw_len: self.json_raw_len,
+            compressed: self.flags & FLAG_LZ4 != 0,
+            bytes,
+        }))
+    }
+
+    /// The actor table, from at least [`clock_end`](Self::clock_end) leading bytes; empty
+    /// for a version 1 value.
+    pub fn clock(&self, leading: &[u8]) -> Result<ActorClock, Error> {
+        match self.v2 {
+            None => Ok(ActorClock::new()),
+            Some(_) => decode_clock(section(leading, &self.clock)?),
+        }
+    }
+
+    /// The whole value decoded, from all of its bytes.
+    pub fn decode<'a>(self, stored: &'a [u8]) -> Result<StoredValue<'a>, Error> {
+        let kept = match self.v2 {
+            None => None,
+            Some(v2) => Some(Kept {
+                max_op: v2.max_op,
+                appended_changes: v2.appended_changes,
+                json: self.json(stored)?,
+                clock: self.clock(stored)?,
+                root: decode_root(section(stored, &self.root)?)?,
+            }),
+        };
+        let payload = stored
+            .get(self.payload_at..)
+            .ok_or_else(|| Error::CorruptStoredValue("shorter than its sections".into()))?;
+        if !payload.starts_with(&AUTOMERGE_MAGIC) {
+            return Err(Error::CorruptStoredValue("payload is not Automerge data".into()));
+        }
+        Ok(StoredValue { version: self.version, summary: self.summary, kept, payload })
+    }
+}
+
+fn section<'a>(leading: &'a [u8], range: &Range<usize>) -> Result<&'a [u8], Error> {
+    leading
+        .get(range.clone())
+        .ok_or_else(|| Error::CorruptStoredValue("shorter than its sections".into()))
+}
+
+/// Reads a stored value's header and sections and checks that they are consistent, without
+/// loading the document.
+pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
+    Header::parse(stored)?.decode(stored)
+}
+
 /// Writes the stored form (the current version) of a document's Automerge bytes.
 pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     let header_len = FIXED_HEADER_LEN + HASH_LEN * summary.heads.len();
-    let json = kept.json.unwrap_or("").as_bytes();
     let actors = encode_clock(&kept.clock);
     let root = encode_root(&kept.root);
+    let (flags, json, raw_len) = match &kept.json {
+        None => (0, &[][..], 0),
+        Some(json) => {
+            let layout = match json.layout {
+                JsonLayout::Text => 0,
+                JsonLayout::Jsonb => FLAG_JSONB,
+            };
+            let lz4 = if json.compressed { FLAG_LZ4 } else { 0 };
+            (FLAG_JSON | layout | lz4, json.bytes, json.raw_len)
+        }
+    };
     let mut out =
-        Vec::with_capacity(header_len + json.len() + actors.len() + root.len() + payload.len());
+        Vec::with_capacity(header_len + actors.len() + json.len() + root.len() + payload.len());
     out.push(FORMAT_VERSION);
-    out.push(if kept.json.is_some() { FLAG_JSON } else { 0 });
+    out.push(flags);
     out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(&to_u32(header_len).to_le_bytes());
     out.extend_from_slice(&summary.change_count.to_le_bytes());
@@ -120,14 +440,15 @@ pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&to_u32(summary.heads.len()).to_le_bytes());
     out.extend_from_slice(&kept.max_op.to_le_bytes());
     out.extend_from_slice(&kept.appended_changes.to_le_bytes());
-    out.extend_from_slice(&to_u32(json.len()).to_le_bytes());
     out.extend_from_slice(&to_u32(actors.len()).to_le_bytes());
+    out.extend_from_slice(&to_u32(json.len()).to_le_bytes());
+    out.extend_from_slice(&to_u32(raw_len).to_le_bytes());
     out.extend_from_slice(&to_u32(root.len()).to_le_bytes());
     for head in &summary.heads {
         out.extend_from_slice(&head.0);
     }
-    out.extend_from_slice(json);
     out.extend_from_slice(&actors);
+    out.extend_from_slice(json);
     out.extend_from_slice(&root);
     out.extend_from_slice(payload);
     out
@@ -230,170 +551,6 @@ fn decode_root(bytes: &[u8]) -> Result<RootOps, Error> {
     Ok(root)
 }
 
-/// How many leading bytes of a stored value hold its header (fixed part and heads), read
-/// from its first [`HEADER_PREFIX_LEN`] bytes. Lets callers fetch only a header from TOAST.
-pub fn header_len(prefix: &[u8]) -> Option<usize> {
-    let fixed = match prefix.first()? {
-        1 => V1_FIXED_LEN,
-        _ => FIXED_HEADER_LEN,
-    };
-    (prefix.len() >= fixed).then(|| read_u32(prefix, 4) as usize)
-}
-
-/// How many leading bytes hold the header and the kept JSON, read from the first
-/// [`HEADER_PREFIX_LEN`] bytes; `None` when the value keeps no JSON (or is not version 2).
-pub fn json_end(prefix: &[u8]) -> Option<usize> {
-    if prefix.len() < FIXED_HEADER_LEN || prefix[0] != 2 || prefix[1] & FLAG_JSON == 0 {
-        return None;
-    }
-    (read_u32(prefix, 4) as usize).checked_add(read_u32(prefix, 40) as usize)
-}
-
-/// The bytes to fetch first to learn the header's length.
-pub const HEADER_PREFIX_LEN: usize = FIXED_HEADER_LEN;
-
-/// Reads only the header: what `decode` checks, but without the payload.
-pub fn decode_header(header: &[u8]) -> Result<(u8, Summary), Error> {
-    let fields = split(header)?;
-    Ok((fields.version, fields.summary))
-}
-
-/// The JSON a value keeps, from its leading bytes (at least [`json_end`] of them); `None`
-/// when it keeps none.
-pub fn decode_json(leading: &[u8]) -> Result<Option<&str>, Error> {
-    let fields = split(leading)?;
-    match fields.json_len {
-        Some(len) => {
-            let json = leading
-                .get(fields.header_len..fields.header_len + len)
-                .ok_or_else(|| Error::CorruptStoredValue("shorter than its JSON".into()))?;
-            std::str::from_utf8(json)
-                .map(Some)
-                .map_err(|_| Error::CorruptStoredValue("kept JSON is not UTF-8".into()))
-        }
-        None => Ok(None),
-    }
-}
-
-/// Reads a stored value's header and checks that it is consistent, without loading the
-/// document. Fails on anything this build did not write or cannot read.
-pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
-    let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
-    let fields = split(stored)?;
-    let mut at = fields.header_len;
-    let mut section = |len: usize| -> Result<&[u8], Error> {
-        let bytes = stored
-            .get(at..at.saturating_add(len))
-            .ok_or_else(|| corrupt("shorter than its sections"))?;
-        at += len;
-        Ok(bytes)
-    };
-    let kept = match fields.v2 {
-        None => None,
-        Some(v2) => {
-            let json = section(fields.json_len.unwrap_or(0))?;
-            let json = match fields.json_len {
-                Some(_) => {
-                    Some(std::str::from_utf8(json).map_err(|_| corrupt("kept JSON is not UTF-8"))?)
-                }
-                None => None,
-            };
-            let clock = decode_clock(section(v2.actors_len)?)?;
-            let root = decode_root(section(v2.root_len)?)?;
-            Some(Kept {
-                max_op: v2.max_op,
-                appended_changes: v2.appended_changes,
-                json,
-                clock,
-                root,
-            })
-        }
-    };
-    let payload = &stored[at..];
-    if !payload.starts_with(&AUTOMERGE_MAGIC) {
-        return Err(corrupt("payload is not Automerge data"));
-    }
-    Ok(StoredValue { version: fields.version, summary: fields.summary, kept, payload })
-}
-
-/// The header's fields, checked.
-struct Fields {
-    version: u8,
-    summary: Summary,
-    header_len: usize,
-    /// The JSON's length, when kept.
-    json_len: Option<usize>,
-    v2: Option<V2Fields>,
-}
-
-struct V2Fields {
-    max_op: u64,
-    appended_changes: u32,
-    actors_len: usize,
-    root_len: usize,
-}
-
-fn split(stored: &[u8]) -> Result<Fields, Error> {
-    let corrupt = |what: &str| Error::CorruptStoredValue(what.to_string());
-    let version = *stored.first().ok_or_else(|| corrupt("shorter than its header"))?;
-    let fixed_len = match version {
-        0 => return Err(corrupt("format version 0")),
-        1 => V1_FIXED_LEN,
-        2 => FIXED_HEADER_LEN,
-        _ => {
-            return Err(Error::UnsupportedFormatVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            })
-        }
-    };
-    if stored.len() < fixed_len {
-        return Err(corrupt("shorter than its header"));
-    }
-    let known_flags = if version == 1 { 0 } else { FLAG_JSON };
-    if stored[1] & !known_flags != 0 || stored[2..4] != [0, 0] {
-        return Err(corrupt("unknown flags"));
-    }
-    let header_len = read_u32(stored, 4) as usize;
-    let change_count = read_u64(stored, 8);
-    let op_count = read_u64(stored, 16);
-    let head_count = read_u32(stored, 24) as usize;
-    let expected_len = head_count
-        .checked_mul(HASH_LEN)
-        .and_then(|len| len.checked_add(fixed_len))
-        .ok_or_else(|| corrupt("impossible number of heads"))?;
-    if header_len != expected_len || header_len > stored.len() {
-        return Err(corrupt("header length does not match its heads"));
-    }
-    let heads = stored[fixed_len..header_len]
-        .chunks_exact(HASH_LEN)
-        .map(|hash| ChangeHash(hash.try_into().expect("chunks_exact yields 32 bytes")))
-        .collect();
-    let (json_len, v2) = match version {
-        1 => (None, None),
-        _ => {
-            let json_len = read_u32(stored, 40) as usize;
-            if stored[1] & FLAG_JSON == 0 && json_len != 0 {
-                return Err(corrupt("JSON without its flag"));
-            }
-            let v2 = V2Fields {
-                max_op: read_u64(stored, 28),
-                appended_changes: read_u32(stored, 36),
-                actors_len: read_u32(stored, 44) as usize,
-                root_len: read_u32(stored, 48) as usize,
-            };
-            ((stored[1] & FLAG_JSON != 0).then_some(json_len), Some(v2))
-        }
-    };
-    Ok(Fields {
-        version,
-        summary: Summary { change_count, op_count, heads },
-        header_len,
-        json_len,
-        v2,
-    })
-}
-
 fn to_u32(n: usize) -> u32 {
     u32::try_from(n).expect("an automerge value larger than 4 GiB cannot be stored")
 }
@@ -419,7 +576,7 @@ mod tests {
         }
     }
 
-    fn kept(json: Option<&str>) -> Kept<'_> {
+    fn kept(json: Option<&KeptJsonBuf>) -> Kept<'_> {
         let clock = [
             (ActorId::from([1u8; 16]), (3, ChangeHash([9; 32]))),
             (ActorId::from(&[2u8][..]), (1, ChangeHash([8; 32]))),
@@ -429,44 +586,70 @@ mod tests {
         Kept {
             max_op: 99,
             appended_changes: 2,
-            json,
+            json: json.map(KeptJsonBuf::as_kept),
             clock: clock.into_iter().collect(),
             root: root.into_iter().collect(),
         }
     }
 
+    fn text(json: &str) -> KeptJsonBuf {
+        KeptJsonBuf::new(JsonLayout::Text, json.as_bytes().to_vec())
+    }
+
     const PAYLOAD: &[u8] = &[0x85, 0x6f, 0x4a, 0x83, 1, 2, 3];
+    const ACTORS_LEN: usize = 4 + (4 + 1 + 8 + 32) + (4 + 16 + 8 + 32);
+    const ROOT_LEN: usize = 4 + (4 + 5 + 4 + 8 + 4 + 16) + (4 + 1 + 4);
 
     #[test]
     fn header_layout_is_as_documented() {
-        let stored = encode(&summary(2), &kept(Some("{}")), PAYLOAD);
+        let json = text("{}");
+        let stored = encode(&summary(2), &kept(Some(&json)), PAYLOAD);
         assert_eq!(stored[0], FORMAT_VERSION);
-        assert_eq!(stored[1], 1);
-        assert_eq!(&stored[4..8], &(52u32 + 64).to_le_bytes());
+        assert_eq!(stored[1], 1, "JSON kept, as text, uncompressed");
+        assert_eq!(&stored[4..8], &(56u32 + 64).to_le_bytes());
         assert_eq!(&stored[8..16], &7u64.to_le_bytes());
         assert_eq!(&stored[16..24], &1234u64.to_le_bytes());
         assert_eq!(&stored[24..28], &2u32.to_le_bytes());
         assert_eq!(&stored[28..36], &99u64.to_le_bytes());
         assert_eq!(&stored[36..40], &2u32.to_le_bytes());
-        assert_eq!(&stored[40..44], &2u32.to_le_bytes());
-        let actors_len = 4 + (4 + 1 + 8 + 32) + (4 + 16 + 8 + 32);
-        assert_eq!(&stored[44..48], &(actors_len as u32).to_le_bytes());
-        let root_len = 4 + (4 + 5 + 4 + 8 + 4 + 16) + (4 + 1 + 4);
-        assert_eq!(&stored[48..52], &(root_len as u32).to_le_bytes());
-        assert_eq!(&stored[52 + 64..52 + 66], b"{}");
-        assert_eq!(&stored[52 + 66 + actors_len + root_len..], PAYLOAD);
+        assert_eq!(&stored[40..44], &(ACTORS_LEN as u32).to_le_bytes());
+        assert_eq!(&stored[44..48], &2u32.to_le_bytes());
+        assert_eq!(&stored[48..52], &2u32.to_le_bytes());
+        assert_eq!(&stored[52..56], &(ROOT_LEN as u32).to_le_bytes());
+        let json_at = 56 + 64 + ACTORS_LEN;
+        assert_eq!(&stored[json_at..json_at + 2], b"{}");
+        assert_eq!(&stored[json_at + 2 + ROOT_LEN..], PAYLOAD);
+    }
+
+    #[test]
+    fn large_json_is_compressed_and_reads_back() {
+        let long = format!("{{\"text\":\"{}\"}}", "automerge ".repeat(1000));
+        let json = KeptJsonBuf::new(JsonLayout::Jsonb, long.clone().into_bytes());
+        let stored = encode(&summary(1), &kept(Some(&json)), PAYLOAD);
+        assert_eq!(stored[1], FLAG_JSON | FLAG_JSONB | FLAG_LZ4);
+        assert!(stored.len() < long.len() / 4, "{} bytes stored", stored.len());
+        let kept = decode(&stored).unwrap().kept.unwrap().json.unwrap();
+        assert_eq!(kept.layout, JsonLayout::Jsonb);
+        assert_eq!(kept.raw_len, long.len());
+        assert_eq!(kept.raw().unwrap(), long.as_bytes());
+        // A corrupt compressed section is refused, not read past its end.
+        let mut broken = stored.clone();
+        let json_at = 56 + 32 + ACTORS_LEN;
+        broken[json_at] ^= 0xff;
+        broken[json_at + 1] ^= 0xff;
+        let value = decode(&broken).unwrap();
+        assert!(value.kept.unwrap().json.unwrap().raw().is_err());
     }
 
     #[test]
     fn round_trips_with_and_without_json() {
-        for json in [Some("{\"title\":\"é\"}"), None] {
-            let stored = encode(&summary(3), &kept(json), PAYLOAD);
+        for json in [Some(text("{\"title\":\"é\"}")), None] {
+            let stored = encode(&summary(3), &kept(json.as_ref()), PAYLOAD);
             let value = decode(&stored).unwrap();
             assert_eq!(value.version, FORMAT_VERSION);
             assert_eq!(value.summary, summary(3));
-            assert_eq!(value.kept, Some(kept(json)));
+            assert_eq!(value.kept, Some(kept(json.as_ref())));
             assert_eq!(value.payload, PAYLOAD);
-            assert_eq!(json_end(&stored[..HEADER_PREFIX_LEN]).is_some(), json.is_some());
         }
     }
 
@@ -481,12 +664,29 @@ mod tests {
         let (summary, _) = crate::document::summarize(&doc);
         assert_eq!((value.version, &value.summary, &value.kept), (1, &summary, &None));
         assert_eq!(value.payload, doc.save());
-        let header = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
-        assert_eq!(header, 28 + 32);
-        assert_eq!(json_end(&stored[..HEADER_PREFIX_LEN]), None);
-        assert_eq!(decode_header(&stored[..header]).unwrap(), (1, summary));
-        assert_eq!(decode_json(&stored).unwrap(), None);
-        assert_eq!(crate::document::json_text(&stored).unwrap(), r#"{"title":"old"}"#);
+        let header = Header::read(&&stored[..]).unwrap();
+        assert_eq!(Header::len_from(&stored).unwrap(), 28 + 32);
+        assert_eq!((header.version, &header.summary), (1, &summary));
+        assert_eq!(header.json(&stored).unwrap(), None);
+        let text = crate::document::json_text(&stored, &crate::kept_json::TextJson).unwrap();
+        assert_eq!(text, r#"{"title":"old"}"#);
+    }
+
+    #[test]
+    fn reads_version_2_values() {
+        let json = text("{\"title\":\"old\"}");
+        let current = encode(&summary(2), &kept(Some(&json)), PAYLOAD);
+        let stored = fixtures::legacy::format_version_2(&current);
+        let value = decode(&stored).unwrap();
+        assert_eq!(value.version, 2);
+        assert_eq!(
+            (value.summary, value.kept, value.payload),
+            (summary(2), Some(kept(Some(&json))), PAYLOAD)
+        );
+        let header = Header::read(&&stored[..]).unwrap();
+        assert_eq!(header.json_end(), 52 + 64 + 15, "the JSON comes right after the heads");
+        assert_eq!(header.json(&stored[..header.json_end()]).unwrap(), Some(json.as_kept()));
+        assert_eq!(header.clock(&stored).unwrap(), kept(None).clock);
     }
 
     #[test]
@@ -502,80 +702,59 @@ mod tests {
 
     #[test]
     fn refuses_inconsistent_headers() {
-        let good = encode(&summary(3), &kept(Some("{}")), PAYLOAD);
-        let actors_at = 52 + 96 + 2;
+        let good = encode(&summary(3), &kept(Some(&text("{}"))), PAYLOAD);
+        let actors_at = 56 + 96;
+        let root_at = actors_at + ACTORS_LEN + 2;
+        let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            v
+        };
         let mut cases: Vec<(&str, Vec<u8>)> = vec![
             ("empty", vec![]),
             ("truncated header", good[..20].to_vec()),
             ("truncated heads", good[..60].to_vec()),
-            ("version 0", {
-                let mut v = good.clone();
-                v[0] = 0;
-                v
-            }),
-            ("flags", {
-                let mut v = good.clone();
-                v[1] = 2;
-                v
-            }),
-            ("JSON length without the flag", {
-                let mut v = good.clone();
-                v[1] = 0;
-                v
-            }),
-            ("head count", {
-                let mut v = good.clone();
-                v[24] = 200;
-                v
-            }),
-            ("huge head count", {
-                let mut v = good.clone();
-                v[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
-                v
-            }),
-            ("header length", {
-                let mut v = good.clone();
-                v[4] = 29;
-                v
-            }),
-            ("JSON length", {
-                let mut v = good.clone();
-                v[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
-                v
-            }),
-            ("actor count", {
-                let mut v = good.clone();
-                v[actors_at] = 9;
-                v
-            }),
-            ("actor id length", {
-                let mut v = good.clone();
-                v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
-                v
-            }),
-            ("root key count", {
-                let mut v = good.clone();
-                v[actors_at + 4 + 45 + 60] = 9;
-                v
-            }),
-            ("root key not UTF-8", {
-                let mut v = good.clone();
-                v[actors_at + 4 + 45 + 60 + 8] = 0xff;
-                v
-            }),
+            ("version 0", with(&|v| v[0] = 0)),
+            ("flags", with(&|v| v[1] = 8)),
+            ("JSON length without the flag", with(&|v| v[1] = 0)),
+            ("raw length of uncompressed JSON", with(&|v| v[48] = 3)),
+            (
+                "raw length beyond what LZ4 can make",
+                with(&|v| {
+                    v[1] |= FLAG_LZ4;
+                    v[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
+                }),
+            ),
+            ("head count", with(&|v| v[24] = 200)),
+            ("huge head count", with(&|v| v[24..28].copy_from_slice(&u32::MAX.to_le_bytes()))),
+            ("header length", with(&|v| v[4] = 29)),
+            ("JSON length", with(&|v| v[44..48].copy_from_slice(&u32::MAX.to_le_bytes()))),
+            ("actor count", with(&|v| v[actors_at] = 9)),
+            (
+                "actor id length",
+                with(&|v| v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes())),
+            ),
+            ("root key count", with(&|v| v[root_at] = 9)),
+            ("root key not UTF-8", with(&|v| v[root_at + 8] = 0xff)),
             ("version 1 with flags", {
                 let mut v = fixtures::legacy::format_version_1(&automerge::Automerge::new());
                 v[1] = 1;
                 v
             }),
+            ("version 2 with the JSONB flag", {
+                let mut v = fixtures::legacy::format_version_2(&good);
+                v[1] |= FLAG_JSONB;
+                v
+            }),
         ];
         cases.push(("no payload", good[..good.len() - PAYLOAD.len()].to_vec()));
-        cases.push(("payload magic", {
-            let mut v = good.clone();
-            let at = v.len() - PAYLOAD.len();
-            v[at] = 0;
-            v
-        }));
+        cases.push((
+            "payload magic",
+            with(&|v| {
+                let at = v.len() - PAYLOAD.len();
+                v[at] = 0;
+            }),
+        ));
         for (what, bytes) in cases {
             assert!(
                 matches!(decode(&bytes), Err(Error::CorruptStoredValue(_))),
@@ -585,15 +764,45 @@ mod tests {
     }
 
     #[test]
-    fn the_header_and_json_alone_can_be_read() {
-        let stored = encode(&summary(2), &kept(Some("[1]")), PAYLOAD);
-        let len = header_len(&stored[..HEADER_PREFIX_LEN]).unwrap();
-        assert_eq!(len, 52 + 64);
-        assert_eq!(decode_header(&stored[..len]).unwrap(), (FORMAT_VERSION, summary(2)));
-        assert!(decode_header(&stored[..len - 1]).is_err());
-        let end = json_end(&stored[..HEADER_PREFIX_LEN]).unwrap();
-        assert_eq!(decode_json(&stored[..end]).unwrap(), Some("[1]"));
-        assert!(decode_json(&stored[..end - 1]).is_err());
+    fn the_header_the_clock_and_the_json_alone_can_be_read() {
+        let json = text("[1]");
+        let stored = encode(&summary(2), &kept(Some(&json)), PAYLOAD);
+        let len = Header::len_from(&stored).unwrap();
+        assert_eq!(len, 56 + 64);
+        let header = Header::parse(&stored[..len]).unwrap();
+        assert_eq!((header.version, &header.summary), (FORMAT_VERSION, &summary(2)));
+        assert!(Header::parse(&stored[..len - 1]).is_err());
+        assert_eq!(header.clock_end(), len + ACTORS_LEN);
+        assert_eq!(header.clock(&stored[..header.clock_end()]).unwrap(), kept(None).clock);
+        assert!(header.clock(&stored[..header.clock_end() - 1]).is_err());
+        let end = header.json_end();
+        assert_eq!(header.json(&stored[..end]).unwrap(), Some(json.as_kept()));
+        assert!(header.json(&stored[..end - 1]).is_err());
+    }
+
+    /// A prefix source that records how far it was asked to read.
+    struct Counting<'a> {
+        bytes: &'a [u8],
+        furthest: std::cell::Cell<usize>,
+    }
+
+    impl<'a> Prefix<'a> for Counting<'a> {
+        fn prefix(&self, len: usize) -> &'a [u8] {
+            self.furthest.set(self.furthest.get().max(len));
+            (&self.bytes).prefix(len)
+        }
+    }
+
+    #[test]
+    fn a_header_read_fetches_one_first_chunk_unless_the_heads_pass_it() {
+        let json = text(&"1".repeat(10_000));
+        for (heads, furthest) in [(1, FIRST_FETCH), (100, 56 + 3200)] {
+            let stored = encode(&summary(heads), &kept(Some(&json)), PAYLOAD);
+            let source = Counting { bytes: &stored, furthest: Default::default() };
+            let header = Header::read(&source).unwrap();
+            assert_eq!(header.summary, summary(heads));
+            assert_eq!(source.furthest.get(), furthest, "{heads} heads");
+        }
     }
 
     proptest! {
@@ -604,7 +813,8 @@ mod tests {
             max_op in any::<u64>(),
             heads in proptest::collection::vec(any::<[u8; 32]>(), 0..8),
             actors in proptest::collection::btree_map(proptest::collection::vec(any::<u8>(), 0..20), (any::<u64>(), any::<[u8; 32]>()), 0..5),
-            json in proptest::option::of(".{0,20}"),
+            json in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..5000)),
+            jsonb in any::<bool>(),
             tail in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
             let summary = Summary {
@@ -612,8 +822,10 @@ mod tests {
                 op_count,
                 heads: heads.into_iter().map(ChangeHash).collect(),
             };
+            let layout = if jsonb { JsonLayout::Jsonb } else { JsonLayout::Text };
+            let json = json.map(|json| KeptJsonBuf::new(layout, json));
             let clock = actors.into_iter().map(|(actor, (seq, hash))| (ActorId::from(actor), (seq, ChangeHash(hash)))).collect();
-            let kept = Kept { max_op, appended_changes: 0, json: json.as_deref(), clock, root: RootOps::new() };
+            let kept = Kept { max_op, appended_changes: 0, json: json.as_ref().map(KeptJsonBuf::as_kept), clock, root: RootOps::new() };
             let mut payload = AUTOMERGE_MAGIC.to_vec();
             payload.extend(tail);
             let stored = encode(&summary, &kept, &payload);
@@ -626,10 +838,11 @@ mod tests {
 
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = decode(&bytes);
-            let _ = decode_json(&bytes);
-            let _ = json_end(&bytes);
-            let _ = header_len(&bytes);
+            if let Ok(value) = decode(&bytes) {
+                let _ = value.kept.and_then(|kept| kept.json).map(|json| json.raw());
+            }
+            let _ = Header::len_from(&bytes);
+            let _ = Header::read(&&bytes[..]);
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod history;
 pub mod integrity;
 pub mod interrupts;
 pub mod json;
+pub mod kept_json;
 pub mod memory;
 pub mod repair;
 pub mod spans;

@@ -9,7 +9,7 @@ use automerge::{hydrate, Automerge, ChangeHash, ScalarValue, TextEncoding};
 use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::{self, estimate_stored};
 use crate::guard::no_panic;
-use crate::{format, json, writes, Error};
+use crate::{format, json, kept_json, writes, Error};
 
 /// Whether a stored value keeps the invariant: its header decodes; its save loads and the
 /// changes appended after it pass the loader's rules (see [`document::load_stored`]); its
@@ -24,7 +24,7 @@ pub fn loads(stored: &[u8], settings: WriteSettings) -> Result<bool, Error> {
         return Ok(false);
     }
     if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
-        let kept: Result<serde_json::Value, _> = serde_json::from_str(kept);
+        let kept = kept_json::decode(&kept, settings.json_codec);
         if kept.ok() != json::document(&doc, None).ok() {
             return Ok(false);
         }
@@ -75,7 +75,10 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
             Ok(doc) => (doc, Some(Rebuilt::FromOperations)),
             Err(err) => {
                 let kept = value.kept.as_ref().and_then(|kept| kept.json).ok_or(err)?;
-                (from_json(kept)?, Some(Rebuilt::FromJson))
+                (
+                    from_json(kept_json::decode(&kept, settings.json_codec)?)?,
+                    Some(Rebuilt::FromJson),
+                )
             }
         },
     };
@@ -88,7 +91,7 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
             Err(_) => dropped.extend(change_hash(chunk)),
         }
     }
-    Ok(Repaired { stored: to_stored(&doc, settings.keep_json)?, dropped, rebuilt })
+    Ok(Repaired { stored: to_stored(&doc, settings)?, dropped, rebuilt })
 }
 
 /// A save that does not load with its recorded heads, rebuilt from its operations: loaded
@@ -104,9 +107,9 @@ fn rebuild(save: &[u8]) -> Result<Automerge, Error> {
 
 /// A new document holding `json` (an object), strings as text as JavaScript clients make
 /// them.
-fn from_json(json: &str) -> Result<Automerge, Error> {
+fn from_json(json: serde_json::Value) -> Result<Automerge, Error> {
     let corrupt = |what: &str| Error::CorruptStoredValue(format!("its kept JSON {what}"));
-    let Ok(serde_json::Value::Object(root)) = serde_json::from_str(json) else {
+    let serde_json::Value::Object(root) = json else {
         return Err(corrupt("is not an object"));
     };
     let root: std::collections::HashMap<String, hydrate::Value> =
@@ -195,7 +198,7 @@ mod tests {
     fn saved_by_0_3_0(doc: &mut AutoCommit, change: &Change) -> Vec<u8> {
         let mut loaded = Automerge::load(&doc.save()).unwrap();
         loaded.apply_changes([change.clone()]).unwrap();
-        document::to_stored(&loaded, true).unwrap()
+        document::to_stored(&loaded, SETTINGS).unwrap()
     }
 
     #[test]
@@ -227,13 +230,12 @@ mod tests {
         let change = predecessor_on_another_key(&mut doc);
         let stored = saved_by_0_3_0(&mut doc, &change);
         assert!(!loads(&stored, SETTINGS).unwrap());
-        let kept = format::decode(&stored).unwrap().kept.unwrap().json.unwrap().to_string();
+        let kept = kept_json::of(&stored, SETTINGS.json_codec).unwrap().unwrap();
         let repaired = repair(&stored, SETTINGS).unwrap();
         // Automerge cannot load this save even without checking its heads.
         assert_eq!(repaired.rebuilt, Some(Rebuilt::FromJson));
         assert!(loads(&repaired.stored, SETTINGS).unwrap());
-        let json =
-            format::decode(&repaired.stored).unwrap().kept.unwrap().json.unwrap().to_string();
+        let json = kept_json::of(&repaired.stored, SETTINGS.json_codec).unwrap().unwrap();
         assert_eq!(json, kept);
     }
 

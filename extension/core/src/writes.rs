@@ -17,7 +17,6 @@ use automerge::legacy::{Key, ObjectId, OpType};
 use automerge::{
     ActorId, Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
 };
-use serde_json::Value as Json;
 
 use crate::document::{contains, has_all, load_stored, to_stored, WriteSettings};
 use crate::estimate::{
@@ -25,6 +24,7 @@ use crate::estimate::{
 };
 use crate::format::{self, Kept, RootOps, StoredValue};
 use crate::guard::no_panic;
+use crate::kept_json::{self, RootEdit};
 use crate::{cache, integrity, json, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
@@ -73,7 +73,7 @@ pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u
         return Ok(left.to_vec());
     }
     merge_into(&mut doc, &mut other)?;
-    to_stored(&doc, settings.keep_json)
+    to_stored(&doc, settings)
 }
 
 /// Whether `container` has, for each head of `contained`, a change of that head's actor
@@ -125,7 +125,7 @@ pub fn apply(stored: &[u8], changes: &[u8], settings: WriteSettings) -> Result<V
     if doc.get_heads() == before {
         return Ok(stored.to_vec());
     }
-    to_stored(&doc, settings.keep_json)
+    to_stored(&doc, settings)
 }
 
 /// The write without a load: `None` when the changes do not simply follow the stored
@@ -179,23 +179,18 @@ fn append(
     if appended_changes > settings.append_limit {
         return Ok(None);
     }
-    // The JSON is parsed only now that the changes are known to be appended.
+    // The JSON is read only now that the changes are known to be appended; JSON that
+    // cannot follow them leaves the write to the load.
     let json = match kept.json {
-        Some(text) if settings.keep_json => match serde_json::from_str(text) {
-            Ok(Json::Object(mut map)) => {
-                for (key, value) in edits {
-                    match value {
-                        Some(value) => map.insert(key, value),
-                        None => map.remove(&key),
-                    };
-                }
-                Some(Json::Object(map).to_string())
+        Some(json) if settings.keep_json => {
+            match kept_json::patched(&json, &edits, settings.json_codec)? {
+                Some(patched) => Some(patched),
+                None => return Ok(None),
             }
-            _ => None,
-        },
+        }
         _ => None,
     };
-    let kept = Kept { appended_changes, json: json.as_deref(), ..kept };
+    let kept = Kept { appended_changes, json: json.as_ref().map(|json| json.as_kept()), ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -214,11 +209,7 @@ fn append(
 /// (its author saw them all), and its counters are above `max_op`, every operation of the
 /// document (so none is reused). The key then shows the new value alone, as on a load, and
 /// `root` is updated so; on `None` it may be half updated, and the caller drops it.
-fn root_puts(
-    change: &Change,
-    max_op: u64,
-    root: &mut RootOps,
-) -> Option<Vec<(String, Option<Json>)>> {
+fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<RootEdit>> {
     // Right after every operation of the document: above its dependencies' counters,
     // reusing none, skipping none.
     let start = change.start_op().get();
@@ -462,8 +453,7 @@ mod tests {
     }
 
     fn kept_json(stored: &[u8]) -> Option<serde_json::Value> {
-        let value = format::decode(stored).unwrap();
-        value.kept.unwrap().json.map(|json| serde_json::from_str(json).unwrap())
+        kept_json::of(stored, &kept_json::TextJson).unwrap()
     }
 
     fn appended(stored: &[u8]) -> u32 {

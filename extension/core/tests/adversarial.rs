@@ -12,7 +12,7 @@ use automerge::{
 use pg_automerge_core::document::{
     load_stored, stored_from_client_bytes, to_stored, WriteSettings,
 };
-use pg_automerge_core::{format, json, writes, Error, ErrorKind};
+use pg_automerge_core::{format, json, kept_json, writes, Error, ErrorKind};
 
 const FAST: WriteSettings = WriteSettings::UNLIMITED;
 const NAIVE: WriteSettings =
@@ -42,12 +42,7 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn kept_json(stored: &[u8]) -> Option<serde_json::Value> {
-    format::decode(stored)
-        .unwrap()
-        .kept
-        .unwrap()
-        .json
-        .map(|json| serde_json::from_str(json).unwrap())
+    kept_json::of(stored, &kept_json::TextJson).unwrap()
 }
 
 /// A client that put `a` and stored the document, then put `key`: the client, the stored
@@ -74,8 +69,7 @@ fn state(stored: &[u8]) -> (Vec<ChangeHash>, serde_json::Value) {
         doc.get_changes_meta(&[]).len() as u64,
         "header change count"
     );
-    if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
-        let kept: serde_json::Value = serde_json::from_str(kept).unwrap();
+    if let Some(kept) = kept_json(stored) {
         assert_eq!(kept, loaded, "kept JSON");
     }
     (doc.get_heads(), loaded)
@@ -282,7 +276,7 @@ fn a_scalar_put_over_root_objects_text_and_counters_patches_the_json() {
     assert_eq!(appended(&stored), 0);
     assert_eq!(kept_json(&stored).unwrap()["count"], 7);
     // After a save, a counter put at the root, then a plain value over the counter.
-    stored = to_stored(&load_stored(&stored).unwrap(), true).unwrap();
+    stored = to_stored(&load_stored(&stored).unwrap(), WriteSettings::UNLIMITED).unwrap();
     doc.put(ROOT, "fresh", ScalarValue::counter(3)).unwrap();
     stored = agree(&stored, last_change(&mut doc).raw_bytes()).unwrap();
     assert_eq!(kept_json(&stored).unwrap()["fresh"], 3);
@@ -455,7 +449,7 @@ fn appended_values_merged_compacted_and_appended_again() {
     assert_eq!(state(&writes::merge(&left, &start, FAST).unwrap()), state(&left));
     assert_eq!(writes::merge(&left, &left, FAST).unwrap(), left);
     // Compacted, then appended again by each client after syncing.
-    let mut stored = to_stored(&load_stored(&merged).unwrap(), true).unwrap();
+    let mut stored = to_stored(&load_stored(&merged).unwrap(), WriteSettings::UNLIMITED).unwrap();
     a.merge(&mut b.clone()).unwrap();
     a.put(ROOT, "after", 1_i64).unwrap();
     stored = agree(&stored, last_change(&mut a).raw_bytes()).unwrap();

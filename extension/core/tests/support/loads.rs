@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
 use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
 use pg_automerge_core::document::WriteSettings;
-use pg_automerge_core::{document, format, json, writes, Error, ErrorKind};
+use pg_automerge_core::{document, format, json, kept_json, writes, Error, ErrorKind};
 
 /// Whether `stored` holds the invariant: (a) its payload loads with a plain
 /// `Automerge::load`, as clients load it; (b) its kept JSON, if any, equals the loaded
@@ -28,9 +28,8 @@ pub fn check_loads(stored: &[u8]) -> Result<(), String> {
             loaded.get_heads()
         ));
     }
-    if let Some(kept) = value.kept.as_ref().and_then(|kept| kept.json) {
-        let kept: serde_json::Value =
-            serde_json::from_str(kept).map_err(|err| format!("(b) kept JSON: {err}"))?;
+    let kept = kept_json::of(stored, &kept_json::TextJson);
+    if let Some(kept) = kept.map_err(|err| format!("(b) kept JSON: {err}"))? {
         let json = json::document(&loaded, None)
             .map_err(|err| format!("(b) the loaded document has no JSON: {err}"))?;
         if kept != json {
