@@ -98,7 +98,7 @@ fn benches(c: &mut Criterion) {
         "save",
         &histories,
         |f| Automerge::load(&f.save).unwrap(),
-        |doc| Box::new(to_stored(doc, true).unwrap()),
+        |doc| Box::new(to_stored(doc, WriteSettings::UNLIMITED).unwrap()),
         |doc| Box::new(doc.save()),
     );
     compare(

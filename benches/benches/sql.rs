@@ -10,8 +10,8 @@
 use std::cell::{Cell, RefCell, RefMut};
 
 use benches::{
-    configure, criterion, fixtures, forks, record_memory, record_storage, selected, Author,
-    Fixture, Memory, JSONB, NAIVE, OURS,
+    configure, criterion, fixtures, forks, js_fixtures, record_memory, record_storage, selected,
+    Author, Fixture, Memory, JSONB, NAIVE, OURS,
 };
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion};
@@ -228,7 +228,7 @@ enum Param {
     Title,
 }
 
-const READS: [Read; 8] = [
+const READS: [Read; 12] = [
     Read {
         group: "read title",
         automerge: "SELECT doc->>'title' FROM {docs} WHERE name = $1",
@@ -255,6 +255,16 @@ const READS: [Read; 8] = [
         texts_only: false,
     },
     Read {
+        group: "nested path",
+        // A list item's field on the map list; on the texts the path is absent, and the
+        // read costs the same fetch of the JSON.
+        automerge: "SELECT doc->'items'->0->>'name' FROM {docs} WHERE name = $1",
+        naive: true,
+        jsonb: Some("SELECT j->'items'->0->>'name' FROM bench_jsonb WHERE name = $1"),
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
         group: "heads",
         automerge: "SELECT automerge_heads(doc) FROM {docs} WHERE name = $1",
         naive: false,
@@ -265,6 +275,31 @@ const READS: [Read; 8] = [
     Read {
         group: "change count",
         automerge: "SELECT automerge_change_count(doc) FROM {docs} WHERE name = $1",
+        naive: false,
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "equality",
+        automerge: "SELECT doc = doc FROM {docs} WHERE name = $1",
+        naive: false,
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "hash",
+        automerge: "SELECT automerge_hash(doc) FROM {docs} WHERE name = $1",
+        naive: false,
+        jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: "has its heads",
+        // What a client that is up to date asks before sending what it has.
+        automerge: "SELECT automerge_has_changes(doc, automerge_heads(doc)) FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: None,
         param: Param::Name,
@@ -347,7 +382,11 @@ fn benches(c: &mut Criterion) {
     // Merges of the plain text are estimated above the default cap of 2GB: the benches
     // measure what loads cost, not where an operator would cap them.
     session.batch("SET pg_automerge.max_load_memory = -1");
-    let fixtures = fixtures(false);
+    // Reads and storage also on documents made by the JavaScript client; the timed writes
+    // on our generated fixtures alone, which keeps the run within an hour.
+    let mut fixtures = fixtures(false);
+    let generated = fixtures.len();
+    fixtures.extend(js_fixtures());
     load_tables(&session, &fixtures);
     let rows: Vec<FixtureRows> = fixtures.iter().map(|f| FixtureRows::new(&session, f)).collect();
     // First, while every value is as inserted: what is measured here does not depend on
@@ -358,7 +397,7 @@ fn benches(c: &mut Criterion) {
     for read in &READS {
         bench_read(c, &session, &fixtures, read);
     }
-    for rows in &rows {
+    for rows in &rows[..generated] {
         writes(c, &session, rows);
     }
 }

@@ -45,12 +45,17 @@ pub fn quick() -> bool {
 #[derive(Clone)]
 pub struct Fixture {
     pub spec: Spec,
+    /// Made by `@automerge/automerge` (see [`js_fixtures`]) rather than our generators.
+    pub made_by_js: bool,
     pub save: Vec<u8>,
 }
 
 impl Fixture {
     pub fn name(&self) -> String {
-        self.spec.name()
+        match self.made_by_js {
+            true => format!("js-{}", self.spec.name()),
+            false => self.spec.name(),
+        }
     }
 }
 
@@ -65,10 +70,50 @@ pub fn fixtures(compacted: bool) -> Vec<Fixture> {
         for compacted in [false, true].into_iter().filter(|c| !c || compacted) {
             let spec = Spec { kind, scale: scale(), compacted };
             let save = cached(&dir, spec).expect("the fixtures directory is writable");
-            fixtures.push(Fixture { spec, save });
+            fixtures.push(Fixture { spec, made_by_js: false, save });
         }
     }
     fixtures
+}
+
+/// The same three kinds of document made by `@automerge/automerge` 3 the way an app's
+/// editing makes them (`examples/node-client/estimate-fixtures.mjs`: strings are text
+/// objects, edits are splices, marks and block splits by three authors), at this run's
+/// scale, cached under `target/js-fixtures-<scale>`. Empty, with a note, where Node.js or
+/// the example's npm packages are missing (`cargo xtask test` installs them).
+pub fn js_fixtures() -> Vec<Fixture> {
+    let scale = scale();
+    let dir = workspace_root().join(format!("target/js-fixtures-{}", scale.name()));
+    let example = workspace_root().join("examples/node-client");
+    let divisor = match scale {
+        Scale::Small => "1000",
+        Scale::Medium => "10",
+        Scale::Operations => "1",
+    };
+    let file = |kind: Kind| dir.join(format!("js-{}.automerge", kind.name()));
+    if !Kind::ALL.into_iter().all(|kind| file(kind).exists()) {
+        let made = std::process::Command::new("node")
+            .arg(example.join("estimate-fixtures.mjs"))
+            .arg(&dir)
+            .arg(divisor)
+            .current_dir(&example)
+            .status();
+        if !made.as_ref().is_ok_and(|status| status.success()) {
+            eprintln!(
+                "note: no fixtures made by @automerge/automerge ({made:?}): install Node.js and \
+                 run `npm ci` in examples/node-client"
+            );
+            return Vec::new();
+        }
+    }
+    Kind::ALL
+        .into_iter()
+        .map(|kind| Fixture {
+            spec: Spec { kind, scale, compacted: false },
+            made_by_js: true,
+            save: std::fs::read(file(kind)).expect("node wrote the fixture"),
+        })
+        .collect()
 }
 
 /// Criterion's settings: few samples of equal size, since one iteration on the larger

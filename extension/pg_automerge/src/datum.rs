@@ -66,30 +66,32 @@ automerge_sql_type!(DocHeader);
 automerge_sql_type!(LazyDoc);
 
 /// An `automerge` argument not detoasted yet, for reads that may need only its leading
-/// bytes (the header and the kept JSON) and must not fetch the whole value for them.
+/// bytes (the header, the actor table, the kept JSON) and must not fetch the whole value
+/// for them: TOAST fetches a slice of an uncompressed external value chunk by chunk.
 pub struct LazyDoc<'a> {
     datum: pg_sys::Datum,
-    _borrow: std::marker::PhantomData<&'a ()>,
+    /// The longest prefix fetched so far, reused by shorter requests.
+    fetched: std::cell::Cell<&'a [u8]>,
+    whole: std::cell::Cell<bool>,
 }
 
-impl<'a> LazyDoc<'a> {
-    /// The value's first `len` bytes (all of it, if shorter), in memory that lives as long
-    /// as the call's.
-    pub fn leading(&self, len: usize) -> &'a [u8] {
-        let len = i32::try_from(len).unwrap_or(i32::MAX);
+impl<'a> format::Prefix<'a> for LazyDoc<'a> {
+    fn prefix(&self, len: usize) -> &'a [u8] {
+        let fetched = self.fetched.get();
+        // A fetch that returned less than it asked for returned the whole value.
+        if len <= fetched.len() || self.whole.get() {
+            return &fetched[..len.min(fetched.len())];
+        }
         // SAFETY: a non-null `automerge` datum is a varlena; the slice is palloc'd in the
         // current memory context, which outlives this call's use of it.
-        unsafe {
-            let slice = pg_sys::pg_detoast_datum_slice(self.datum.cast_mut_ptr(), 0, len);
+        let bytes = unsafe {
+            let asked = i32::try_from(len).unwrap_or(i32::MAX);
+            let slice = pg_sys::pg_detoast_datum_slice(self.datum.cast_mut_ptr(), 0, asked);
             pgrx::varlena::varlena_to_byte_slice(slice)
-        }
-    }
-
-    /// The whole stored value.
-    pub fn stored(&self) -> StoredDoc<'a> {
-        // SAFETY: a non-null `automerge` datum, as `from_polymorphic_datum` checked.
-        unsafe { StoredDoc::from_polymorphic_datum(self.datum, false, pg_sys::InvalidOid) }
-            .expect("not null")
+        };
+        self.fetched.set(bytes);
+        self.whole.set(bytes.len() < len);
+        bytes
     }
 }
 
@@ -99,8 +101,11 @@ impl FromDatum for LazyDoc<'_> {
         is_null: bool,
         _typoid: pg_sys::Oid,
     ) -> Option<Self> {
-        (!is_null && !datum.is_null())
-            .then_some(LazyDoc { datum, _borrow: std::marker::PhantomData })
+        (!is_null && !datum.is_null()).then(|| LazyDoc {
+            datum,
+            fetched: Default::default(),
+            whole: Default::default(),
+        })
     }
 }
 
@@ -119,12 +124,12 @@ impl DocHeader<'_> {
     /// `datum` must be a non-null `automerge` value.
     pub unsafe fn read(datum: pg_sys::Datum) -> Result<Summary, pg_automerge_core::Error> {
         let varlena: *mut pg_sys::varlena = datum.cast_mut_ptr();
-        let prefix = unsafe { prefix_bytes(varlena, format::HEADER_PREFIX_LEN) };
-        let header = match format::header_len(&prefix) {
+        let prefix = unsafe { prefix_bytes(varlena, format::FIRST_FETCH) };
+        let header = match format::Header::len_from(&prefix) {
             Some(len) if len > prefix.len() => unsafe { prefix_bytes(varlena, len) },
             _ => prefix,
         };
-        format::decode_header(&header).map(|(_, summary)| summary)
+        format::Header::parse(&header).map(|header| header.summary)
     }
 }
 

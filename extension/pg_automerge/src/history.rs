@@ -5,7 +5,7 @@
 use pg_automerge_core::{heads, history};
 use pgrx::prelude::*;
 
-use crate::datum::{DocHeader, StoredDoc};
+use crate::datum::{DocHeader, LazyDoc, StoredDoc};
 use crate::errors::OrRaise;
 use crate::stored;
 
@@ -22,13 +22,14 @@ fn automerge_change_count(doc: DocHeader<'_>) -> i64 {
     doc.summary.change_count as i64
 }
 
-/// Whether the document has every change in `heads`: answered from the stored header
-/// when the changes are its heads or its actors' latest changes, else from a load.
+/// Whether the document has every change in `heads`: answered from the stored header and
+/// actor table (the value's first TOAST chunk, as a rule) when the changes are its heads or
+/// its actors' latest changes, else from a load.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_has_changes(doc: StoredDoc<'_>, heads: Vec<String>) -> bool {
+fn automerge_has_changes(doc: LazyDoc<'_>, heads: Vec<String>) -> bool {
     const FUNCTION: &str = "automerge_has_changes";
     let heads = stored::parse_heads(&heads, FUNCTION);
-    pg_automerge_core::document::has_changes(doc.stored(), &heads).or_raise(FUNCTION)
+    pg_automerge_core::document::has_changes(&doc, &heads).or_raise(FUNCTION)
 }
 
 /// Every change of the document in causal order or, given `since`, only those that a

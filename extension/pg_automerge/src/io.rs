@@ -63,8 +63,10 @@ CREATE TYPE automerge (
     RECEIVE = automerge_recv,
     SEND = automerge_send,
     INTERNALLENGTH = VARIABLE,
-    -- Documents are large: let TOAST compress them and move them out of line.
-    STORAGE = extended,
+    -- Documents are large: TOAST moves them out of line but never compresses them (their
+    -- Automerge bytes are deflated already, and the kept JSON is compressed by us), so a
+    -- read of the header fetches one chunk.
+    STORAGE = external,
     CATEGORY = 'U'
 );
 COMMENT ON TYPE automerge IS 'An Automerge CRDT document';

@@ -4,7 +4,8 @@
 
 use std::borrow::Cow;
 
-use pg_automerge_core::{document, format, json};
+use pg_automerge_core::format::{Header, JsonLayout, Prefix};
+use pg_automerge_core::{document, json};
 use pgrx::callconv::{BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::pgrx_sql_entity_graph::metadata::{
@@ -15,30 +16,37 @@ use pgrx::{pg_sys, IntoDatum, JsonB};
 
 use crate::datum::{LazyDoc, StoredDoc};
 use crate::errors::OrRaise;
+use crate::kept_json::{jsonb_from_text, kept_datum, JSONB};
 use crate::stored;
 
-/// The document as `jsonb`. A value that keeps its JSON (see `storage.rs`) is read from
-/// its leading bytes alone, with no load and no Rust heap; any other value is loaded.
+/// The document as `jsonb`. A value that keeps its JSON as `jsonb` hands it over as it is:
+/// its leading bytes fetched (header, actor table, JSON), decompressed into the result,
+/// with no parse, no load and no Rust heap. JSON kept as text (values of 0.3.0 and 0.4.0)
+/// is parsed; any other value is loaded.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbText<'_> {
+fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbOut<'_> {
     const FUNCTION: &str = "automerge_to_jsonb";
-    if let Some(end) = format::json_end(doc.leading(format::HEADER_PREFIX_LEN)) {
-        if let Some(json) = format::decode_json(doc.leading(end)).or_raise(FUNCTION) {
-            return JsonbText(Cow::Borrowed(json));
+    let header = Header::read(&doc).or_raise(FUNCTION);
+    match header.json(doc.prefix(header.json_end())).or_raise(FUNCTION) {
+        Some(json) if json.layout == JsonLayout::Jsonb => {
+            JsonbOut::Datum(kept_datum(&json).or_raise(FUNCTION))
         }
+        _ => JsonbOut::Text(
+            document::json_text(doc.prefix(usize::MAX), &JSONB)
+                .map(|json| Cow::Owned(json.into_owned()))
+                .or_raise(FUNCTION),
+        ),
     }
-    JsonbText(
-        document::json_text(doc.stored().stored())
-            .map(|json| Cow::Owned(json.into_owned()))
-            .or_raise(FUNCTION),
-    )
 }
 
-/// JSON text returned as `jsonb`: Postgres parses it (`jsonb_in`) from a copy in palloc'd
-/// memory, so a large document costs no Rust heap on the way out.
-pub struct JsonbText<'a>(Cow<'a, str>);
+/// A `jsonb` result: a datum made already, or JSON text that `jsonb_in` parses in palloc'd
+/// memory, so that a large document costs no Rust heap on the way out.
+pub enum JsonbOut<'a> {
+    Datum(pg_sys::Datum),
+    Text(Cow<'a, str>),
+}
 
-unsafe impl SqlTranslatable for JsonbText<'_> {
+unsafe impl SqlTranslatable for JsonbOut<'_> {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JsonB);
     const TYPE_ORIGIN: pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin =
         pgrx::pgrx_sql_entity_graph::metadata::TypeOrigin::External;
@@ -47,18 +55,11 @@ unsafe impl SqlTranslatable for JsonbText<'_> {
         Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
 }
 
-impl IntoDatum for JsonbText<'_> {
+impl IntoDatum for JsonbOut<'_> {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        let text = self.0.as_bytes();
-        // SAFETY: a NUL-terminated copy in palloc'd memory is what `jsonb_in` reads.
-        unsafe {
-            let cstring = pg_sys::palloc(text.len() + 1).cast::<u8>();
-            std::ptr::copy_nonoverlapping(text.as_ptr(), cstring, text.len());
-            *cstring.add(text.len()) = 0;
-            pgrx::direct_function_call_as_datum(
-                pg_sys::jsonb_in,
-                &[Some(pg_sys::Datum::from(cstring))],
-            )
+        match self {
+            JsonbOut::Datum(datum) => Some(datum),
+            JsonbOut::Text(text) => Some(jsonb_from_text(&text)),
         }
     }
 
@@ -67,7 +68,7 @@ impl IntoDatum for JsonbText<'_> {
     }
 }
 
-unsafe impl BoxRet for JsonbText<'_> {
+unsafe impl BoxRet for JsonbOut<'_> {
     unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
         match self.into_datum() {
             Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },

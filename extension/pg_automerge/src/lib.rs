@@ -10,6 +10,7 @@ mod errors;
 mod history;
 mod io;
 mod jsonb;
+mod kept_json;
 mod memory;
 mod merge_agg;
 mod notify;

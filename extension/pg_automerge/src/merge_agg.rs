@@ -96,7 +96,7 @@ fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal 
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
     state_of(&mut state).map(|merged| {
         StoredDoc::owned(
-            document::to_stored(&merged.doc, storage::write_settings().keep_json)
+            document::to_stored(&merged.doc, storage::write_settings())
                 .or_raise("automerge_merge_agg"),
         )
     })

@@ -21,6 +21,7 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
+use crate::kept_json::JSONB;
 use crate::memory;
 
 static KEEP_JSONB: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -67,6 +68,7 @@ pub fn write_settings() -> WriteSettings {
     WriteSettings {
         load_limit: memory::load_limit(),
         keep_json: KEEP_JSONB.get(),
+        json_codec: &JSONB,
         append_limit: APPEND_LIMIT.get().max(0) as u32,
         cache_budget: DOCUMENT_CACHE.get().max(0) as u64 * MB,
     }
@@ -96,7 +98,7 @@ fn automerge_storage(
         i32::from(value.version),
         doc.stored().len() as i64,
         value.payload.len() as i64,
-        kept.and_then(|kept| kept.json).map(|json| json.len() as i64),
+        kept.and_then(|kept| kept.json).map(|json| json.stored_len() as i64),
         kept.map_or(0, |kept| i64::from(kept.appended_changes)),
         i64::try_from(estimate_stored(&value.summary, value.payload).peak_bytes())
             .unwrap_or(i64::MAX),
@@ -162,22 +164,22 @@ mod tests {
     #[pg_test]
     fn values_keep_their_json_and_small_writes_append() {
         let mut client = stored_project();
-        assert_eq!(storage(), (2, true, 0));
+        assert_eq!(storage(), (3, true, 0));
         let heads = client.get_heads();
         client.put(ROOT, "status", "done").unwrap();
         write_since(&mut client, &heads);
-        assert_eq!(storage(), (2, true, 1), "appended, JSON followed the root put");
+        assert_eq!(storage(), (3, true, 1), "appended, JSON followed the root put");
         assert_eq!(json_of_row(), expected_json(&mut client));
         // Compacting saves anew with the JSON; the document is the same.
         Spi::run("UPDATE docs SET doc = automerge_compact(doc)").unwrap();
-        assert_eq!(storage(), (2, true, 0));
+        assert_eq!(storage(), (3, true, 0));
         assert_eq!(json_of_row(), expected_json(&mut client));
         // A list edit cannot be checked from the header: loaded, applied and saved anew.
         let heads = client.get_heads();
         let tags = client.get(ROOT, "tags").unwrap().unwrap().1;
         client.insert(&tags, 0, "urgent").unwrap();
         write_since(&mut client, &heads);
-        assert_eq!(storage(), (2, true, 0));
+        assert_eq!(storage(), (3, true, 0));
         assert_eq!(json_of_row(), expected_json(&mut client));
     }
 
@@ -260,14 +262,14 @@ mod tests {
     fn the_settings_choose_what_writes_keep() {
         Spi::run("SET LOCAL pg_automerge.keep_jsonb = off").unwrap();
         let mut client = stored_project();
-        assert_eq!(storage(), (2, false, 0));
+        assert_eq!(storage(), (3, false, 0));
         assert_eq!(json_of_row(), expected_json(&mut client));
         Spi::run("SET LOCAL pg_automerge.keep_jsonb = on").unwrap();
         Spi::run("SET LOCAL pg_automerge.append_limit = 0").unwrap();
         let heads = client.get_heads();
         client.put(ROOT, "status", "done").unwrap();
         write_since(&mut client, &heads);
-        assert_eq!(storage(), (2, true, 0), "loaded, applied and saved with its JSON");
+        assert_eq!(storage(), (3, true, 0), "loaded, applied and saved with its JSON");
         assert_eq!(json_of_row(), expected_json(&mut client));
     }
 
@@ -323,7 +325,138 @@ mod tests {
         let before = client.get_heads();
         client.put(ROOT, "status", "done").unwrap();
         write_since(&mut client, &before);
-        assert_eq!(storage(), (2, true, 0), "the first write saves it in the current format");
+        assert_eq!(storage(), (3, true, 0), "the first write saves it in the current format");
         assert_eq!(json_of_row()["status"], json!("done"));
+    }
+
+    /// A row of `versions` holding `stored` as it is.
+    fn insert_version(version: i32, stored: Vec<u8>) {
+        // SAFETY: the datum is an `automerge` varlena, as the stored column holds.
+        let value = unsafe {
+            DatumWithOid::new(crate::datum::StoredDoc::owned(stored), pgrx::regtypein("automerge"))
+        };
+        Spi::run_with_args("INSERT INTO versions VALUES ($1, $2)", &[version.into(), value])
+            .unwrap();
+    }
+
+    #[pg_test]
+    fn every_read_gives_the_same_on_every_format_version() {
+        use pg_automerge_core::document::{to_stored, WriteSettings};
+        let doc = sample("project");
+        let text_kept = to_stored(&doc, WriteSettings::UNLIMITED).unwrap();
+        Spi::run("CREATE TABLE versions (version int PRIMARY KEY, doc automerge NOT NULL)")
+            .unwrap();
+        insert_version(1, fixtures::legacy::format_version_1(&doc));
+        insert_version(2, fixtures::legacy::format_version_2(&text_kept));
+        insert_version(3, to_stored(&doc, crate::storage::write_settings()).unwrap());
+        let versions = Spi::get_one::<Vec<i32>>(
+            "SELECT array_agg(s.format_version ORDER BY version) FROM versions, automerge_storage(doc) s",
+        );
+        assert_eq!(versions.unwrap().unwrap(), vec![1, 2, 3]);
+        let heads = pg_automerge_core::heads::to_hex(&doc.get_heads());
+        let reads = [
+            "doc->>'title'",
+            "doc->'tags'->>1",
+            "doc #>> '{tags,0}'",
+            "(doc @> '{\"status\": \"review\"}')::text",
+            "(doc ? 'due')::text",
+            "doc::jsonb::text",
+            "jsonb_typeof(doc->'priority')",
+            "automerge_heads(doc)::text",
+            "automerge_change_count(doc)::text",
+            "(doc = (SELECT doc FROM versions WHERE version = 3))::text",
+            "automerge_hash(doc)::text",
+            &format!("automerge_has_changes(doc, ARRAY['{}'])::text", heads[0]),
+            "encode(doc::bytea, 'hex')",
+            "automerge_to_jsonb(doc, automerge_heads(doc))::text",
+        ];
+        let expected = [
+            "Launch plan",
+            "web",
+            "q1",
+            "true",
+            "true",
+            "",
+            "number",
+            "",
+            "",
+            "true",
+            "",
+            "true",
+            "",
+            "",
+        ];
+        for (read, expected) in reads.iter().zip(expected) {
+            let sql = format!("SELECT array_agg({read} ORDER BY version) FROM versions");
+            let values = Spi::get_one::<Vec<Option<String>>>(&sql).unwrap().unwrap();
+            assert!(values[0].is_some(), "{read}: {values:?}");
+            assert!(values.iter().all(|v| *v == values[0]), "{read}: {values:?}");
+            assert!(
+                expected.is_empty() || values[0].as_deref() == Some(expected),
+                "{read}: {values:?}"
+            );
+        }
+        // The next write stores each in the current format, with its JSON.
+        let mut client = AutoCommit::load(&doc.save()).unwrap();
+        let before = client.get_heads();
+        client.put(ROOT, "status", "done").unwrap();
+        let change = client.save_after(&before);
+        Spi::run_with_args("UPDATE versions SET doc = doc || $1", &[change.into()]).unwrap();
+        let rewritten = Spi::get_one::<i64>(
+            "SELECT count(*) FROM versions, automerge_storage(doc) s \
+             WHERE s.format_version = 3 AND s.jsonb_bytes IS NOT NULL AND doc->>'status' = 'done'",
+        );
+        assert_eq!(rewritten.unwrap(), Some(3));
+    }
+
+    /// How many blocks of `table`'s TOAST relation `sql` reads (from shared buffers or not).
+    fn toast_blocks(table: &str, sql: &str) -> i64 {
+        let fetched = || {
+            Spi::get_one::<i64>(&format!(
+                "SELECT pg_stat_get_xact_blocks_fetched(reltoastrelid) FROM pg_class \
+                 WHERE oid = '{table}'::regclass"
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let before = fetched();
+        Spi::run(sql).unwrap();
+        fetched() - before
+    }
+
+    #[pg_test]
+    fn a_header_read_fetches_one_toast_chunk() {
+        let mut doc = AutoCommit::new();
+        doc.put(ROOT, "title", "Large").unwrap();
+        let text = doc.put_object(ROOT, "content", automerge::ObjType::Text).unwrap();
+        // Words in an order that neither deflate nor LZ4 can fold away.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let words: Vec<&str> = (0..100_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ["ka", "to", "ri", "men", "sa", "lo", "ve", "din"][(state % 8) as usize]
+            })
+            .collect();
+        doc.splice_text(&text, 0, 0, &words.join(" ")).unwrap();
+        Spi::run("CREATE TABLE big (id int PRIMARY KEY, doc automerge NOT NULL)").unwrap();
+        Spi::run_with_args("INSERT INTO big VALUES (1, $1)", &[doc.save().into()]).unwrap();
+        let heads = pg_automerge_core::heads::to_hex(&doc.get_heads());
+        let whole = toast_blocks("big", "SELECT length(doc::bytea) FROM big");
+        assert!(whole > 10, "the value spans {whole} TOAST blocks");
+        for sql in [
+            "SELECT automerge_heads(doc) FROM big",
+            "SELECT automerge_change_count(doc) FROM big",
+            "SELECT automerge_hash(doc) FROM big",
+            &format!("SELECT automerge_has_changes(doc, ARRAY['{}']) FROM big", heads[0]),
+        ] {
+            assert_eq!(toast_blocks("big", sql), 1, "{sql}");
+        }
+        // Equality reads each side's header: one block each.
+        assert_eq!(toast_blocks("big", "SELECT a.doc = b.doc FROM big a, big b"), 2);
+        // A jsonb read fetches the header and the JSON, not the Automerge bytes after it.
+        let title = toast_blocks("big", "SELECT doc->>'title' FROM big");
+        assert!(title < whole, "a jsonb read fetched {title} of {whole} blocks");
     }
 }

@@ -1,0 +1,142 @@
+//! The document's JSON kept as PostgreSQL's binary `jsonb`: built, read back and patched by
+//! PostgreSQL's own functions (`jsonb_in`, `jsonb_out`, `jsonb_concat`, `jsonb_delete`), so
+//! that the `jsonb` cast hands the kept bytes to the operators as they are, with no parse.
+//! The core decides what the JSON is and when it changes (see
+//! `pg_automerge_core::kept_json`); this is how it is written down.
+
+use std::ffi::CStr;
+
+use pg_automerge_core::format::{JsonLayout, KeptJson};
+use pg_automerge_core::kept_json::{JsonCodec, RootEdit};
+use pg_automerge_core::Error;
+use pgrx::{pg_sys, IntoDatum};
+use serde_json::Value as Json;
+
+/// The codec of what this extension stores.
+pub static JSONB: JsonbCodec = JsonbCodec;
+
+pub struct JsonbCodec;
+
+/// The flag that marks a `jsonb` container's root as an object (`JB_FOBJECT`).
+const JB_FOBJECT: u32 = 0x2000_0000;
+
+impl JsonCodec for JsonbCodec {
+    fn layout(&self) -> JsonLayout {
+        JsonLayout::Jsonb
+    }
+
+    fn encode(&self, json: &Json) -> Result<Vec<u8>, Error> {
+        let datum = jsonb_from_text(&json.to_string());
+        Ok(take_bytes(datum))
+    }
+
+    fn decode(&self, raw: &[u8]) -> Result<Json, Error> {
+        let datum = jsonb_datum(raw);
+        // SAFETY: `jsonb_out` of a jsonb datum returns a palloc'd C string.
+        let text = unsafe {
+            let cstring = pgrx::direct_function_call_as_datum(pg_sys::jsonb_out, &[Some(datum)])
+                .expect("jsonb_out returns a string");
+            let text = CStr::from_ptr(cstring.cast_mut_ptr()).to_string_lossy().into_owned();
+            pg_sys::pfree(cstring.cast_mut_ptr());
+            pg_sys::pfree(datum.cast_mut_ptr());
+            text
+        };
+        serde_json::from_str(&text)
+            .map_err(|err| Error::CorruptStoredValue(format!("kept jsonb does not read: {err}")))
+    }
+
+    fn patch_root(&self, raw: &[u8], edits: &[RootEdit]) -> Result<Option<Vec<u8>>, Error> {
+        let root = raw.get(..4).map(|header| u32::from_le_bytes(header.try_into().unwrap()));
+        if root.is_none_or(|header| header & JB_FOBJECT == 0) {
+            return Ok(None);
+        }
+        let mut datum = jsonb_datum(raw);
+        let puts: serde_json::Map<String, Json> =
+            edits.iter().filter_map(|(key, value)| Some((key.clone(), value.clone()?))).collect();
+        if !puts.is_empty() {
+            let puts = jsonb_from_text(&Json::Object(puts).to_string());
+            datum = call(pg_sys::jsonb_concat, datum, puts);
+        }
+        for (key, _) in edits.iter().filter(|(_, value)| value.is_none()) {
+            let key = key.as_str().into_datum().expect("text is never null");
+            datum = call(pg_sys::jsonb_delete, datum, key);
+        }
+        Ok(Some(take_bytes(datum)))
+    }
+}
+
+/// A `jsonb` datum in palloc'd memory holding `raw`, the data of a kept `jsonb`.
+fn jsonb_datum(raw: &[u8]) -> pg_sys::Datum {
+    // SAFETY: a fresh varlena of the right size, its data copied in.
+    unsafe {
+        let varlena = pg_sys::palloc(pg_sys::VARHDRSZ + raw.len()).cast::<pg_sys::varlena>();
+        pgrx::varlena::set_varsize_4b(varlena, (pg_sys::VARHDRSZ + raw.len()) as i32);
+        let data = varlena.cast::<u8>().add(pg_sys::VARHDRSZ);
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), data, raw.len());
+        pg_sys::Datum::from(varlena)
+    }
+}
+
+/// The kept `jsonb` as a `jsonb` datum, decompressed straight into palloc'd memory: what
+/// the cast returns, with no parse and no Rust heap.
+pub fn kept_datum(json: &KeptJson<'_>) -> Result<pg_sys::Datum, Error> {
+    let len = pg_sys::VARHDRSZ + json.raw_len;
+    // SAFETY: a fresh varlena of `len` bytes, filled by the decompression before use.
+    unsafe {
+        let varlena = pg_sys::palloc(len).cast::<pg_sys::varlena>();
+        pgrx::varlena::set_varsize_4b(varlena, len as i32);
+        let data = std::slice::from_raw_parts_mut(
+            varlena.cast::<u8>().add(pg_sys::VARHDRSZ),
+            json.raw_len,
+        );
+        json.decompress_into(data)?;
+        Ok(pg_sys::Datum::from(varlena))
+    }
+}
+
+/// JSON text parsed by `jsonb_in`, from a NUL-terminated copy in palloc'd memory.
+pub fn jsonb_from_text(text: &str) -> pg_sys::Datum {
+    let bytes = text.as_bytes();
+    // SAFETY: `jsonb_in` reads a NUL-terminated string and returns a jsonb datum.
+    unsafe {
+        let cstring = pg_sys::palloc(bytes.len() + 1).cast::<u8>();
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), cstring, bytes.len());
+        *cstring.add(bytes.len()) = 0;
+        let datum = pgrx::direct_function_call_as_datum(
+            pg_sys::jsonb_in,
+            &[Some(pg_sys::Datum::from(cstring))],
+        )
+        .expect("jsonb_in returns a value");
+        pg_sys::pfree(cstring.cast());
+        datum
+    }
+}
+
+/// `function(left, right)` of two datums; the left one is freed unless returned (the jsonb
+/// functions return an argument as it is when the other is empty).
+fn call(
+    function: unsafe fn(pg_sys::FunctionCallInfo) -> pg_sys::Datum,
+    left: pg_sys::Datum,
+    right: pg_sys::Datum,
+) -> pg_sys::Datum {
+    // SAFETY: both are valid datums of the types `function` takes; neither is null.
+    unsafe {
+        let result = pgrx::direct_function_call_as_datum(function, &[Some(left), Some(right)])
+            .expect("jsonb functions of non-null arguments return a value");
+        if result != left && result != right {
+            pg_sys::pfree(left.cast_mut_ptr());
+        }
+        result
+    }
+}
+
+/// The data of a `jsonb` datum, copied out; the datum is freed.
+fn take_bytes(datum: pg_sys::Datum) -> Vec<u8> {
+    // SAFETY: a non-null, untoasted jsonb datum that this module made.
+    unsafe {
+        let varlena: *mut pg_sys::varlena = datum.cast_mut_ptr();
+        let bytes = pgrx::varlena::varlena_to_byte_slice(varlena).to_vec();
+        pg_sys::pfree(varlena.cast());
+        bytes
+    }
+}
