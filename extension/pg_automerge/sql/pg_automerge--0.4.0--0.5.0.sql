@@ -1,0 +1,4 @@
+-- pg_automerge 0.4.0 → 0.5.0.
+--
+-- The SQL objects are those of 0.4.0 until the work of 0.5.0 adds its own here; the
+-- reliability step checks that an upgraded database's catalog equals a fresh install's.
