@@ -22,8 +22,7 @@ use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
-use crate::setup;
-use crate::step::{note, step};
+use crate::util::{note, step};
 use crate::{chart, fixtures};
 use ::fixtures::generated::{Kind, Scale, Spec};
 
@@ -34,11 +33,13 @@ const AUTOMERGE: &str = "automerge";
 const JSONB: &str = "jsonb";
 const SYSTEM_ALLOCATOR: &str = "system allocator";
 
-pub fn run(sh: &Shell, flags: &BenchFlags) -> Result<()> {
-    setup::run(sh, &SetupFlags { pg: flags.pg.into() })?;
-    let scale = if flags.quick { BenchScale::Small } else { flags.scale };
-    measure_and_report(sh, flags.pg, scale, flags.jobs, flags.filter.as_deref())?;
-    Ok(())
+impl BenchFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        SetupFlags { pg: self.pg.into() }.run(sh)?;
+        let scale = if self.quick { BenchScale::Small } else { self.scale };
+        measure_and_report(sh, self.pg, scale, self.jobs, self.filter.as_deref())?;
+        Ok(())
+    }
 }
 
 /// Runs the benches (those `filter` selects, or all) and writes their report; returns how

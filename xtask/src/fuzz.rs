@@ -11,7 +11,7 @@ use xshell::Shell;
 use crate::flags::FuzzFlags;
 use crate::project_root;
 use crate::provenance::Provenance;
-use crate::step::{note, step};
+use crate::util::{note, step};
 
 /// How long `cargo xtask test` fuzzes: long enough to run every seed and tens of
 /// thousands of mutants, short enough for every CI run.
@@ -44,23 +44,25 @@ pub struct Campaign {
     pub failures: Vec<String>,
 }
 
-pub fn run(sh: &Shell, flags: &FuzzFlags) -> Result<()> {
-    // The code that is fuzzed is what the checkout holds now, not when the run ends.
-    let command = format!("cargo xtask fuzz --time {} --seed {}", flags.time, flags.seed);
-    let provenance = Provenance::collect(sh, &command, &[])?;
-    let campaign = step(&format!("fuzz the core crate for {}", flags.time), || {
-        campaign(&flags.time, flags.seed)
-    })?;
-    // Named by date and commit, so that runs of one day do not overwrite each other.
-    let path =
-        project_root().join(format!("results/fuzz-{}-{}.md", provenance.date, provenance.commit));
-    let report = report(&provenance, &campaign)?;
-    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
-    note(format!("wrote {}", path.display()));
-    if campaign.counts.failures > 0 {
-        bail!("the fuzzer found {} failure(s)", campaign.counts.failures);
+impl FuzzFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        // The code that is fuzzed is what the checkout holds now, not when the run ends.
+        let command = format!("cargo xtask fuzz --time {} --seed {}", self.time, self.seed);
+        let provenance = Provenance::collect(sh, &command, &[])?;
+        let campaign = step(&format!("fuzz the core crate for {}", self.time), || {
+            campaign(&self.time, self.seed)
+        })?;
+        // Named by date and commit, so that runs of one day do not overwrite each other.
+        let path = project_root()
+            .join(format!("results/fuzz-{}-{}.md", provenance.date, provenance.commit));
+        let report = report(&provenance, &campaign)?;
+        std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+        note(format!("wrote {}", path.display()));
+        if campaign.counts.failures > 0 {
+            bail!("the fuzzer found {} failure(s)", campaign.counts.failures);
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Builds and runs the fuzzer, passing its output through, and reads what it reports.
