@@ -7,6 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::Result;
+use report_table::{Align, Table};
 
 use super::criterion::{csv, storage_csv};
 use super::format::{byte_count, bytes, duration, ratio, spread};
@@ -102,20 +103,16 @@ pub(super) fn markdown(results: &Results) -> String {
          naive median divided by pg_automerge's; loads and peak heap are of one run of the \
          operation, from `automerge_memory_usage()`.\n\n",
     );
-    out.push_str("| goal | fixture | measured | target | met |\n|---|---|---|---|---|\n");
+    let mut table = Table::left(["goal", "fixture", "measured", "target", "met"]);
     for goal in goals(&results.rows, results.scale) {
         let met = match goal.met {
             Some(true) => "met",
             Some(false) => "**not met**",
             None => "—",
         };
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {met} |",
-            goal.goal, goal.fixture, goal.measured, goal.target
-        )
-        .unwrap();
+        table.row([&goal.goal, &goal.fixture, &goal.measured, &goal.target, met]);
     }
+    write!(out, "{table}").unwrap();
 
     writeln!(out, "\n## Fixtures\n\n```\n{}```\n", results.fixture_table).unwrap();
 
@@ -140,18 +137,37 @@ pub(super) fn markdown(results: &Results) -> String {
         .map(|r| (r.operation.as_str(), r.fixture.as_str()))
         .collect();
     operations.dedup();
-    let lines = operations.into_iter().map(|(operation, fixture)| {
+    let (left, right) = (Align::Left, Align::Right);
+    let mut table = Table::new([
+        ("operation", left),
+        ("fixture", left),
+        ("pg_automerge", right),
+        ("spread", right),
+        ("peak heap", right),
+        ("loads", right),
+        ("naive", right),
+        ("naive peak heap", right),
+        ("fast vs naive", right),
+        ("jsonb", right),
+        ("fast vs jsonb", right),
+        ("automerge crate", right),
+        ("fast vs crate", right),
+    ]);
+    for (operation, fixture) in operations {
         let ours = results.find("sql", operation, OURS, fixture);
         let naive = results.find("sql", operation, NAIVE, fixture);
         let jsonb = results.find("sql", operation, JSONB, fixture);
-        let automerge = core_counterpart(operation).and_then(|op| results.find("core", op, AUTOMERGE, fixture));
+        let automerge =
+            core_counterpart(operation).and_then(|op| results.find("core", op, AUTOMERGE, fixture));
         let median = |row: Option<&Row>| row.map_or("—".into(), |r| duration(r.median_ns));
         let loads = ours.and_then(|r| r.loads).map_or("—".into(), |l| l.to_string());
-        format!(
-            "| {operation} | {fixture} | {} | {} | {} | {loads} | {} | {} | {} | {} | {} | {} | {} |",
+        table.row([
+            operation.to_string(),
+            fixture.to_string(),
             median(ours),
             ours.map_or("—".into(), spread),
             bytes(ours.and_then(|r| r.peak_bytes)),
+            loads,
             median(naive),
             bytes(naive.and_then(|r| r.peak_bytes)),
             ratio(ours, naive),
@@ -159,15 +175,9 @@ pub(super) fn markdown(results: &Results) -> String {
             ratio(ours, jsonb),
             median(automerge),
             ratio(ours, automerge),
-        )
-    });
-    table(
-        &mut out,
-        "| operation | fixture | pg_automerge | spread | peak heap | loads | naive | naive peak heap | fast vs naive \
-         | jsonb | fast vs jsonb | automerge crate | fast vs crate |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        lines,
-    );
+        ]);
+    }
+    measured_table(&mut out, &table);
 
     out.push_str("\n## Storage and WAL\n\n");
     out.push_str(
@@ -175,31 +185,26 @@ pub(super) fn markdown(results: &Results) -> String {
          pg_automerge's value (keeping its JSON), the naive path's (without it), and the \
          `jsonb` column. Sizes and WAL are in bytes; `storage.csv` has every figure.\n\n",
     );
-    let headings: Vec<&str> = STORAGE_COLUMNS.iter().map(|(_, heading, _)| *heading).collect();
-    let header = format!(
-        "| fixture | variant | {} |\n|---|---|{}\n",
-        headings.join(" | "),
-        "---:|".repeat(headings.len())
+    let headings = STORAGE_COLUMNS.iter().map(|(_, heading, _)| (*heading, Align::Right));
+    let mut table = Table::new(
+        [("fixture", Align::Left), ("variant", Align::Left)].into_iter().chain(headings),
     );
     let mut stored: Vec<(&str, &str)> =
         results.storage.iter().map(|m| (m.fixture.as_str(), m.variant.as_str())).collect();
     stored.dedup();
-    let lines = stored.into_iter().map(|(fixture, variant)| {
-        let cells: Vec<String> = STORAGE_COLUMNS
-            .iter()
-            .map(|(measure, _, _)| {
-                let value = results.storage_value(fixture, variant, measure);
-                match *measure {
-                    "format_version" | "appended_changes" => {
-                        value.map_or("—".into(), |v| v.to_string())
-                    }
-                    _ => value.map_or("—".into(), byte_count),
+    for (fixture, variant) in stored {
+        let cells = STORAGE_COLUMNS.iter().map(|(measure, _, _)| {
+            let value = results.storage_value(fixture, variant, measure);
+            match *measure {
+                "format_version" | "appended_changes" => {
+                    value.map_or("—".into(), |v| v.to_string())
                 }
-            })
-            .collect();
-        format!("| {fixture} | {variant} | {} |", cells.join(" | "))
-    });
-    table(&mut out, &header, lines);
+                _ => value.map_or("—".into(), byte_count),
+            }
+        });
+        table.row([fixture.to_string(), variant.to_string()].into_iter().chain(cells));
+    }
+    measured_table(&mut out, &table);
     out.push('\n');
     for (_, heading, explanation) in STORAGE_COLUMNS {
         writeln!(out, "- **{heading}**: {explanation}.").unwrap();
@@ -213,12 +218,22 @@ pub(super) fn markdown(results: &Results) -> String {
         .rows
         .iter()
         .filter(|r| r.level == "core" && r.variant == OURS && r.operation != "load, by allocator");
-    let lines = core_rows.map(|ours| {
+    let mut table = Table::new([
+        ("operation", left),
+        ("fixture", left),
+        ("pg_automerge", right),
+        ("spread", right),
+        ("peak heap", right),
+        ("automerge crate", right),
+        ("spread", right),
+        ("peak heap", right),
+        ("ratio", right),
+    ]);
+    for ours in core_rows {
         let automerge = results.find("core", &ours.operation, AUTOMERGE, &ours.fixture);
-        format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            ours.operation,
-            ours.fixture,
+        table.row([
+            ours.operation.clone(),
+            ours.fixture.clone(),
             duration(ours.median_ns),
             spread(ours),
             bytes(ours.peak_bytes),
@@ -226,36 +241,34 @@ pub(super) fn markdown(results: &Results) -> String {
             automerge.map_or("—".into(), spread),
             bytes(automerge.and_then(|b| b.peak_bytes)),
             ratio(Some(ours), automerge),
-        )
-    });
-    table(
-        &mut out,
-        "| operation | fixture | pg_automerge | spread | peak heap | automerge crate | spread | peak heap | ratio |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-        lines,
-    );
+        ]);
+    }
+    measured_table(&mut out, &table);
 
     out.push_str("\n## The counting allocator's cost\n\n");
     out.push_str("Loads with the extension's counting `#[global_allocator]` against the system allocator.\n\n");
     let allocator_rows =
         results.rows.iter().filter(|r| r.operation == "load, by allocator" && r.variant == OURS);
-    let lines = allocator_rows.map(|ours| {
+    let mut table = Table::new([
+        ("fixture", left),
+        ("counting", right),
+        ("spread", right),
+        ("system", right),
+        ("spread", right),
+        ("ratio", right),
+    ]);
+    for ours in allocator_rows {
         let system = results.find(&ours.level, &ours.operation, SYSTEM_ALLOCATOR, &ours.fixture);
-        format!(
-            "| {} | {} | {} | {} | {} | {} |",
-            ours.fixture,
+        table.row([
+            ours.fixture.clone(),
             duration(ours.median_ns),
             spread(ours),
             system.map_or("—".into(), |b| duration(b.median_ns)),
             system.map_or("—".into(), spread),
             ratio(Some(ours), system),
-        )
-    });
-    table(
-        &mut out,
-        "| fixture | counting | spread | system | spread | ratio |\n|---|---:|---:|---:|---:|---:|\n",
-        lines,
-    );
+        ]);
+    }
+    measured_table(&mut out, &table);
     let by_variant: BTreeMap<&str, usize> =
         results.rows.iter().fold(BTreeMap::new(), |mut counts, r| {
             *counts.entry(r.variant.as_str()).or_default() += 1;
@@ -265,17 +278,13 @@ pub(super) fn markdown(results: &Results) -> String {
     out
 }
 
-/// A markdown table: `header` (its separator line included), then `lines`; or, when there
-/// are none, a note that the run measured nothing of it.
-fn table(out: &mut String, header: &str, lines: impl Iterator<Item = String>) {
-    let lines: Vec<String> = lines.collect();
-    if lines.is_empty() {
+/// A table of measurements; or, when it has no row, a note that the run measured nothing
+/// of it.
+fn measured_table(out: &mut String, table: &Table) {
+    if table.is_empty() {
         out.push_str("Not measured in this run (`--filter` left it out).\n");
-        return;
-    }
-    out.push_str(header);
-    for line in lines {
-        writeln!(out, "{line}").unwrap();
+    } else {
+        write!(out, "{table}").unwrap();
     }
 }
 
