@@ -75,7 +75,8 @@ impl TestFlags {
             total.failed += fuzzed.counts.failures as usize;
         }
 
-        if runs(TestStep::Node) || runs(TestStep::Estimate) {
+        // The snapshots step runs examples/node-client against the server too.
+        if runs(TestStep::Node) || runs(TestStep::Estimate) || runs(TestStep::Snapshots) {
             step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
         }
         // The core tests wrote a sample of the values they accepted (issue 14).
