@@ -1,6 +1,8 @@
 //! Mutations: byte edits inside a chunk (written back with a valid checksum, so that they
 //! reach the column decoders), edits of the chunk list, and raw edits that break framing.
 
+use pg_automerge_core::{chunk, leb128};
+
 use crate::chunks::{self, Chunk};
 
 /// SplitMix64: a seeded generator, so that a run is repeatable from its seed.
@@ -98,10 +100,10 @@ fn mutate_chunks(rng: &mut Rng, list: &mut Vec<Chunk>, other: &[u8]) {
         4 => {
             // A document read as a change, a change deflated, an unknown type.
             list[at].chunk_type = *rng.pick(&[
-                chunks::DOCUMENT,
-                chunks::CHANGE,
-                chunks::DEFLATED_CHANGE,
-                chunks::BUNDLE,
+                chunk::DOCUMENT,
+                chunk::CHANGE,
+                chunk::COMPRESSED_CHANGE,
+                chunk::BUNDLE,
                 4,
             ]);
         }
@@ -149,9 +151,9 @@ pub fn mutate_bytes(rng: &mut Rng, bytes: &mut Vec<u8>, other: &[u8]) {
             let value = *rng.pick(INTERESTING);
             let mut encoded = Vec::new();
             if rng.chance(50) {
-                chunks::write_uleb(&mut encoded, value);
+                leb128::write_uleb(&mut encoded, value);
             } else {
-                chunks::write_sleb(&mut encoded, (value as i64).wrapping_neg());
+                leb128::write_sleb(&mut encoded, (value as i64).wrapping_neg());
             }
             let end = if rng.chance(50) { at } else { (at + encoded.len()).min(bytes.len()) };
             bytes.splice(at..end, encoded);

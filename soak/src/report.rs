@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
+use report_table::Table;
 use tokio_postgres::Client;
 
 use crate::load::{Query, State, Timing, TABLE};
@@ -160,37 +161,44 @@ pub async fn write(
     )?;
 
     writeln!(md, "## Setup\n")?;
-    writeln!(md, "| | |\n|---|---|")?;
-    writeln!(md, "| started | {} |", environment.started_at.format("%Y-%m-%d %H:%M UTC"))?;
-    writeln!(md, "| command | `{}` |", config.command)?;
-    writeln!(md, "| duration | {:.1} minutes |", duration / 60.0)?;
-    writeln!(md, "| image | `{}` |", config.image)?;
-    writeln!(md, "| server | {} |", environment.server_version)?;
-    writeln!(md, "| pg_automerge | {} |", environment.extension_version)?;
-    writeln!(md, "| Docker engine | {} |", environment.docker_version)?;
+    let mut setup = Table::pairs();
+    setup.row(["started".into(), environment.started_at.format("%Y-%m-%d %H:%M UTC").to_string()]);
+    setup.row(["command".into(), format!("`{}`", config.command)]);
+    setup.row(["duration".into(), format!("{:.1} minutes", duration / 60.0)]);
+    setup.row(["image".into(), format!("`{}`", config.image)]);
+    setup.row(["server", &environment.server_version]);
+    setup.row(["pg_automerge", &environment.extension_version]);
+    setup.row(["Docker engine", &environment.docker_version]);
     for (name, value) in &config.build {
-        writeln!(md, "| {name} | {value} |")?;
+        setup.row([name, value]);
     }
-    writeln!(md, "| container memory limit | {} MB, no swap |", config.memory_bytes >> 20)?;
-    writeln!(
-        md,
-        "| connections | {} running the mix, 1 listening, 1 sampling |",
-        config.connections
-    )?;
-    writeln!(
-        md,
-        "| GIN index | on `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`, fastupdate = {} |",
-        on_off(config.gin_fastupdate)
-    )?;
-    writeln!(
-        md,
-        "| documents | {} at the start, {} at the end |",
-        config.initial_documents,
-        samples.last().map_or(0, |s| s.rows)
-    )?;
+    setup.row([
+        "container memory limit".into(),
+        format!("{} MB, no swap", config.memory_bytes >> 20),
+    ]);
+    setup.row([
+        "connections".into(),
+        format!("{} running the mix, 1 listening, 1 sampling", config.connections),
+    ]);
+    setup.row([
+        "GIN index".into(),
+        format!(
+            "on `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`, fastupdate = {}",
+            on_off(config.gin_fastupdate)
+        ),
+    ]);
+    setup.row([
+        "documents".into(),
+        format!(
+            "{} at the start, {} at the end",
+            config.initial_documents,
+            samples.last().map_or(0, |s| s.rows)
+        ),
+    ]);
     for (name, value) in &environment.settings {
-        writeln!(md, "| `{name}` | `{value}` |")?;
+        setup.row([format!("`{name}`"), format!("`{value}`")]);
     }
+    write!(md, "{setup}")?;
     writeln!(
         md,
         "\nThe machine is shared: other jobs compiled on the same {} cores during the run, so \
@@ -200,16 +208,12 @@ pub async fn write(
     writeln!(md, "Each connection loops over a random mix: incremental writes (`doc || $1::bytea`, one new change), upserts of a replica's full save (`INSERT … ON CONFLICT (id) DO UPDATE SET doc = t.doc || excluded.doc`), `doc->>'title'`, a GIN containment query (`body @> …`, matching at most one row), `automerge_spans`, history (`automerge_heads`, `automerge_changes`, `automerge_to_jsonb(doc, heads)`) and `merge_agg` of up to three rows made from the same small document (replicas with different writes); a quarter of the writes go to the same ten rows, so writers wait on each other there. Inserts follow a schedule that grows the table linearly. Of every ten rows, one is a large document and one a medium one. The trigger `automerge_notify` sends a notification per write to a LISTEN connection.\n")?;
 
     writeln!(md, "## Invariants\n")?;
-    writeln!(md, "| invariant | holds | detail |\n|---|---|---|")?;
+    let mut invariants = Table::left(["invariant", "holds", "detail"]);
     for invariant in &verification.invariants {
-        writeln!(
-            md,
-            "| {} | {} | {} |",
-            invariant.name,
-            if invariant.holds { "yes" } else { "**NO**" },
-            invariant.detail
-        )?;
+        let holds = if invariant.holds { "yes" } else { "**NO**" };
+        invariants.row([invariant.name, holds, invariant.detail.as_str()]);
     }
+    write!(md, "{invariants}")?;
     writeln!(
         md,
         "\nThe last notifications arrived within {:.1} s of the load's end; reading every row's changes back took {:.0} s.\n",
@@ -227,7 +231,7 @@ pub async fn write(
     let resident: Vec<f64> =
         log.connection_memory.iter().map(|c| mb(c.resident_bytes as u64)).collect();
     let idle_heaps: Vec<f64> = log.connection_memory.iter().map(|c| c.heap_bytes as f64).collect();
-    writeln!(md, "| measure (MB unless said) | min | median | p95 | max |\n|---|---|---|---|---|")?;
+    let mut memory = Table::left(["measure (MB unless said)", "min", "median", "p95", "max"]);
     for (name, values) in [
         ("container anonymous memory (memory.stat `total_rss`)", &anonymous),
         ("container page cache (`total_cache`, shared_buffers included)", &cache),
@@ -236,8 +240,9 @@ pub async fn write(
         ("a connection's resident size between statements", &resident),
         ("a connection's Rust heap between statements, in **bytes**", &idle_heaps),
     ] {
-        writeln!(md, "| {name} | {} |", summary(values))?;
+        memory.row([name.to_string(), summary(values)]);
     }
+    write!(md, "{memory}")?;
     let peak = samples.iter().map(|s| s.heap_peak_max_bytes).max().unwrap_or(0);
     writeln!(
         md,
@@ -245,17 +250,16 @@ pub async fn write(
         mb(peak as u64)
     )?;
     writeln!(md, "What loading each document takes, measured before the mix on an idle connection (`automerge_memory_reset()`, `doc->>'title'`, `automerge_memory_usage()`):\n")?;
-    writeln!(md, "| document | stored kB | load peak MB | load ms |\n|---|---|---|---|")?;
+    let mut loads = Table::left(["document", "stored kB", "load peak MB", "load ms"]);
     for peak in load_peaks {
-        writeln!(
-            md,
-            "| {} | {:.1} | {:.1} | {:.0} |",
-            peak.name,
-            peak.stored_bytes as f64 / 1e3,
-            mb(peak.peak_bytes as u64),
-            peak.load_ms
-        )?;
+        loads.row([
+            peak.name.to_string(),
+            format!("{:.1}", peak.stored_bytes as f64 / 1e3),
+            format!("{:.1}", mb(peak.peak_bytes as u64)),
+            format!("{:.0}", peak.load_ms),
+        ]);
     }
+    write!(md, "{loads}")?;
     writeln!(md)?;
 
     writeln!(md, "## Latency and throughput\n")?;
@@ -267,22 +271,31 @@ pub async fn write(
         duration / 60.0,
         statements as f64 / duration.max(1.0)
     )?;
-    writeln!(md, "| query | rows | count | per second | mean ms | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|---|")?;
+    let mut latencies = Table::left([
+        "query",
+        "rows",
+        "count",
+        "per second",
+        "mean ms",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+    ]);
     for row in &latency {
-        writeln!(
-            md,
-            "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            row.query.name(),
-            row.size,
-            row.count,
-            row.count as f64 / duration.max(1.0),
-            row.mean,
-            row.p50,
-            row.p95,
-            row.p99,
-            row.max
-        )?;
+        latencies.row([
+            row.query.name().to_string(),
+            row.size.to_string(),
+            row.count.to_string(),
+            format!("{:.2}", row.count as f64 / duration.max(1.0)),
+            format!("{:.1}", row.mean),
+            format!("{:.1}", row.p50),
+            format!("{:.1}", row.p95),
+            format!("{:.1}", row.p99),
+            format!("{:.1}", row.max),
+        ]);
     }
+    write!(md, "{latencies}")?;
 
     writeln!(md, "\n## Writes, WAL and TOAST\n")?;
     writeln!(md, "![WAL rate](wal.svg)\n\n![table growth](growth.svg)\n")?;
@@ -291,33 +304,24 @@ pub async fn write(
     let wal = (last.wal_bytes - first.wal_bytes) as f64;
     let writes = log.timings.iter().filter(|t| t.query.is_write()).count();
     let large_writes = log.timings.iter().filter(|t| t.query.is_write() && t.large).count();
-    writeln!(md, "| measure | value |\n|---|---|")?;
-    writeln!(md, "| WAL written during the load | {:.2} GB |", wal / 1e9)?;
-    writeln!(md, "| writes (inserts, incremental writes, upserts) | {writes}, {large_writes} of them to large documents |")?;
-    writeln!(
-        md,
-        "| WAL per write, averaged over the mix | {:.0} kB |",
-        wal / writes.max(1) as f64 / 1e3
-    )?;
-    writeln!(md, "| WAL rate | {:.2} MB/s |", wal / duration.max(1.0) / 1e6)?;
-    writeln!(
-        md,
-        "| table with TOAST, start → end | {:.0} → {:.0} MB |",
-        mb(first.table_bytes as u64),
-        mb(last.table_bytes as u64)
-    )?;
-    writeln!(
-        md,
-        "| TOAST table, start → end | {:.0} → {:.0} MB |",
-        mb(first.toast_bytes as u64),
-        mb(last.toast_bytes as u64)
-    )?;
-    writeln!(
-        md,
-        "| GIN index, start → end | {:.0} → {:.0} MB |",
-        mb(first.gin_bytes as u64),
-        mb(last.gin_bytes as u64)
-    )?;
+    let mut writes_table = Table::left(["measure", "value"]);
+    writes_table.row(["WAL written during the load", &format!("{:.2} GB", wal / 1e9)]);
+    writes_table.row([
+        "writes (inserts, incremental writes, upserts)",
+        &format!("{writes}, {large_writes} of them to large documents"),
+    ]);
+    writes_table.row([
+        "WAL per write, averaged over the mix",
+        &format!("{:.0} kB", wal / writes.max(1) as f64 / 1e3),
+    ]);
+    writes_table.row(["WAL rate", &format!("{:.2} MB/s", wal / duration.max(1.0) / 1e6)]);
+    let start_to_end =
+        |start: i64, end: i64| format!("{:.0} → {:.0} MB", mb(start as u64), mb(end as u64));
+    writes_table
+        .row(["table with TOAST, start → end", &start_to_end(first.table_bytes, last.table_bytes)]);
+    writes_table
+        .row(["TOAST table, start → end", &start_to_end(first.toast_bytes, last.toast_bytes)]);
+    writes_table.row(["GIN index, start → end", &start_to_end(first.gin_bytes, last.gin_bytes)]);
     let dead_share: Vec<f64> = samples
         .iter()
         .filter(|s| s.toast_live_tuples + s.toast_dead_tuples > 0)
@@ -325,38 +329,35 @@ pub async fn write(
             100.0 * s.toast_dead_tuples as f64 / (s.toast_live_tuples + s.toast_dead_tuples) as f64
         })
         .collect();
-    writeln!(
-        md,
-        "| TOAST dead tuples, % of its tuples (min / median / p95 / max) | {} |",
-        summary(&dead_share).replace(" | ", " / ")
-    )?;
-    writeln!(
-        md,
-        "| autovacuum runs on the TOAST table | {} |",
-        last.toast_autovacuums - first.toast_autovacuums
-    )?;
+    writes_table.row([
+        "TOAST dead tuples, % of its tuples (min / median / p95 / max)",
+        &summary(&dead_share).replace(" | ", " / "),
+    ]);
+    writes_table.row([
+        "autovacuum runs on the TOAST table",
+        &(last.toast_autovacuums - first.toast_autovacuums).to_string(),
+    ]);
     let pending: Vec<f64> = samples.iter().map(|s| s.gin_pending_pages as f64).collect();
-    writeln!(
-        md,
-        "| GIN pending list, pages (min / median / p95 / max) | {} |",
-        summary(&pending).replace(" | ", " / ")
-    )?;
+    writes_table.row([
+        "GIN pending list, pages (min / median / p95 / max)",
+        &summary(&pending).replace(" | ", " / "),
+    ]);
+    write!(md, "{writes_table}")?;
     writeln!(
         md,
         "\nStored size per row at the end, by document (`pg_column_size`, compressed with `{}`):\n",
         setting(environment, "default_toast_compression")
     )?;
-    writeln!(md, "| document | rows | `doc` kB | `body` (jsonb) kB |\n|---|---|---|---|")?;
+    let mut sizes = Table::left(["document", "rows", "`doc` kB", "`body` (jsonb) kB"]);
     for size in &stored {
-        writeln!(
-            md,
-            "| {} | {} | {:.1} | {:.1} |",
-            size.kind,
-            size.rows,
-            size.stored_doc / 1e3,
-            size.stored_jsonb / 1e3
-        )?;
+        sizes.row([
+            size.kind.to_string(),
+            size.rows.to_string(),
+            format!("{:.1}", size.stored_doc / 1e3),
+            format!("{:.1}", size.stored_jsonb / 1e3),
+        ]);
     }
+    write!(md, "{sizes}")?;
     writeln!(md, "\n## Files\n")?;
     writeln!(
         md,

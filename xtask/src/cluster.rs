@@ -13,7 +13,7 @@ use xshell::{cmd, Shell};
 use crate::install::PgInstall;
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
-use crate::step::note;
+use crate::util::note;
 
 /// The database user every cluster is initialised with.
 pub const SUPERUSER: &str = "postgres";

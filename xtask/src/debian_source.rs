@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use xshell::{cmd, Shell};
 
 use crate::postgres::{cache_dir, PgMajor};
-use crate::step::note;
+use crate::util::note;
 
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";

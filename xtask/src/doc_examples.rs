@@ -10,8 +10,7 @@ use anyhow::{Context, Result};
 use crate::cluster::Cluster;
 use crate::project_root;
 use crate::run::DATABASE;
-use crate::step::note;
-use crate::test::Counts;
+use crate::util::{note, Counts};
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Example {

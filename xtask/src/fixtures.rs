@@ -8,18 +8,21 @@ use xshell::{cmd, Shell};
 
 use crate::flags::{BenchScale, FixturesFlags};
 use crate::project_root;
-use crate::step::step;
+use crate::util::step;
 
 /// Where generated fixtures are kept: large, deterministic, so never committed.
 pub fn dir() -> PathBuf {
     project_root().join("target/fixtures")
 }
 
-pub fn run(sh: &Shell, flags: &FixturesFlags) -> Result<()> {
-    let table =
-        step("generate fixtures", || generate(sh, flags.small_only.then_some(BenchScale::Small)))?;
-    print!("{table}");
-    Ok(())
+impl FixturesFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        let table = step("generate fixtures", || {
+            generate(sh, self.small_only.then_some(BenchScale::Small))
+        })?;
+        print!("{table}");
+        Ok(())
+    }
 }
 
 /// Generates the fixtures (of one scale, or all) and returns the table the generator

@@ -1,4 +1,5 @@
-//! Every flag of every verb, in one place.
+//! Every flag of every verb, in one place. Each verb's `run` is an `impl` on its flags type
+//! in the verb's module (`TestFlags::run` in `test.rs`).
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -156,11 +157,14 @@ pub struct FuzzFlags {
     pub seed: u64,
 }
 
+/// `--base` value that selects the Debian base made with debootstrap.
+pub const DEBOOTSTRAP_BASE: &str = "debootstrap";
+
 #[derive(Args, Debug)]
 pub struct ImageFlags {
     /// The image to build on: `debootstrap` (a Debian base made here, no registry needed) or
     /// a Debian-layout PostgreSQL 17 image such as the official `postgres:17`.
-    #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]
+    #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
     /// Package the extension in the debug profile (what `cargo xtask test` uses) instead of
     /// release.
@@ -190,7 +194,7 @@ pub struct SoakFlags {
     #[arg(long, default_value = "1GB", allow_hyphen_values = true)]
     pub max_load_memory: String,
     /// The image to build on, as for `cargo xtask image`.
-    #[arg(long, default_value = crate::image::DEBOOTSTRAP_BASE)]
+    #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
 }
 

@@ -11,29 +11,31 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::debian_source::mirror;
-use crate::flags::ImageFlags;
+use crate::flags::{ImageFlags, DEBOOTSTRAP_BASE};
 use crate::install;
 use crate::postgres::{cache_dir, is_root, PgMajor};
 use crate::project_root;
-use crate::step::{note, step};
+use crate::util::{note, step, Skippable};
 
 /// The major the image ships: the Debian base's packages and the headers we build against.
 pub const IMAGE_MAJOR: PgMajor = PgMajor::Pg17;
-/// `--base` value that selects the Debian base made with debootstrap.
-pub const DEBOOTSTRAP_BASE: &str = "debootstrap";
 /// The Debian base's tag; kept between runs, so it is made once per machine.
 const DEBIAN_BASE_TAG: &str = "pg_automerge-base:trixie-postgresql-17";
 const DEBIAN_SUITE: &str = "trixie";
 const DOCKERD_LOG: &str = "/var/log/pg_automerge-dockerd.log";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
-pub fn run(sh: &Shell, flags: &ImageFlags) -> Result<()> {
-    if let Err(reason) = step("Docker engine", || ensure_docker(sh))? {
-        bail!("{reason}");
+impl ImageFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        if let Skippable::Skipped(reason) = step("Docker engine", || ensure_docker(sh))? {
+            bail!("{reason}");
+        }
+        let tag = build(sh, &self.base, self.debug)?;
+        println!(
+            "built {tag}; run it with: docker run -d -p 5432:5432 -e POSTGRES_PASSWORD=… {tag}"
+        );
+        Ok(())
     }
-    let tag = build(sh, &flags.base, flags.debug)?;
-    println!("built {tag}; run it with: docker run -d -p 5432:5432 -e POSTGRES_PASSWORD=… {tag}");
-    Ok(())
 }
 
 /// The image's tag for a build profile.
@@ -68,15 +70,17 @@ pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
 }
 
 /// Makes sure a Docker engine answers. As root, installs Debian's docker.io when `dockerd`
-/// is missing and starts it in the background. `Ok(Err(reason))` when no engine can run
-/// here, which the tests report as a skip.
-pub fn ensure_docker(sh: &Shell) -> Result<std::result::Result<(), String>> {
+/// is missing and starts it in the background. Skipped, with the reason, when no engine
+/// can run here, which the tests report as a skip.
+pub fn ensure_docker(sh: &Shell) -> Result<Skippable<()>> {
     if engine_answers(sh) {
         note(format!("Docker engine {}", server_version(sh)));
-        return Ok(Ok(()));
+        return Ok(Skippable::Ran(()));
     }
     if !is_root() {
-        return Ok(Err("no Docker engine answers, and starting one needs root".into()));
+        return Ok(Skippable::Skipped(
+            "no Docker engine answers, and starting one needs root".into(),
+        ));
     }
     if cmd!(sh, "which dockerd").quiet().ignore_stdout().ignore_stderr().run().is_err() {
         note("installing Debian's docker.io");
@@ -97,13 +101,13 @@ pub fn ensure_docker(sh: &Shell) -> Result<std::result::Result<(), String>> {
     while started.elapsed() < Duration::from_secs(60) {
         if Path::new(DOCKER_SOCKET).exists() && engine_answers(sh) {
             note(format!("Docker engine {} is up", server_version(sh)));
-            return Ok(Ok(()));
+            return Ok(Skippable::Ran(()));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     let log_tail = fs::read_to_string(DOCKERD_LOG).unwrap_or_default();
     let log_tail: Vec<&str> = log_tail.lines().rev().take(5).collect();
-    Ok(Err(format!(
+    Ok(Skippable::Skipped(format!(
         "dockerd did not answer within 60 s; its log ends with: {}",
         log_tail.join(" | ")
     )))

@@ -15,7 +15,7 @@ use xshell::{cmd, Shell};
 
 use crate::postgres::PgMajor;
 use crate::project_root;
-use crate::step::note;
+use crate::util::note;
 
 /// The extension's files start with this name, in the library and extension directories.
 const EXTENSION: &str = "pg_automerge";

@@ -1,5 +1,6 @@
 //! `cargo xtask <verb>`: everything it takes to build, test and run pg_automerge, in
-//! plain Rust. One module per verb; all flags are in `flags.rs`.
+//! plain Rust. One module per verb, each verb a `run` method on its flags type; all flags
+//! are in `flags.rs`; what verbs share is in `util.rs`, which imports nothing of xtask.
 
 mod bench;
 mod chart;
@@ -18,10 +19,10 @@ mod run;
 mod setup;
 mod side_by_side;
 mod soak;
-mod step;
 mod test;
 #[cfg(test)]
 mod tidy;
+mod util;
 mod versions;
 
 use std::path::{Path, PathBuf};
@@ -31,14 +32,14 @@ fn main() -> anyhow::Result<()> {
     let sh = xshell::Shell::new()?;
     sh.change_dir(project_root());
     match flags.verb {
-        flags::Verb::Setup(flags) => setup::run(&sh, &flags).map(drop),
-        flags::Verb::Test(flags) => test::run(&sh, &flags),
-        flags::Verb::Run(flags) => run::run(&sh, &flags),
-        flags::Verb::Fixtures(flags) => fixtures::run(&sh, &flags),
-        flags::Verb::Bench(flags) => bench::run(&sh, &flags),
-        flags::Verb::Fuzz(flags) => fuzz::run(&sh, &flags),
-        flags::Verb::Image(flags) => image::run(&sh, &flags),
-        flags::Verb::Soak(flags) => soak::run(&sh, &flags),
+        flags::Verb::Setup(flags) => flags.run(&sh),
+        flags::Verb::Test(flags) => flags.run(&sh),
+        flags::Verb::Run(flags) => flags.run(&sh),
+        flags::Verb::Fixtures(flags) => flags.run(&sh),
+        flags::Verb::Bench(flags) => flags.run(&sh),
+        flags::Verb::Fuzz(flags) => flags.run(&sh),
+        flags::Verb::Image(flags) => flags.run(&sh),
+        flags::Verb::Soak(flags) => flags.run(&sh),
     }
 }
 

@@ -19,8 +19,7 @@ use xshell::Shell;
 use crate::cluster::{sigkill, Cluster};
 use crate::install;
 use crate::postgres::PgMajor;
-use crate::step::note;
-use crate::test::Counts;
+use crate::util::{note, Counts};
 use crate::versions;
 
 /// The database the scenarios write in, on the primary.

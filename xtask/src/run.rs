@@ -12,8 +12,7 @@ use crate::cluster::{clusters_dir, Cluster};
 use crate::flags::{RunFlags, SetupFlags};
 use crate::install::PgInstall;
 use crate::postgres::PgMajor;
-use crate::setup;
-use crate::step::{note, step};
+use crate::util::{note, step};
 
 /// The database `run` and the documentation examples use.
 pub const DATABASE: &str = "pg_automerge";
@@ -27,25 +26,30 @@ pub fn private_install(sh: &Shell, major: PgMajor, purpose: &str) -> Result<PgIn
     PgInstall::private(major, &root)
 }
 
-pub fn run(sh: &Shell, flags: &RunFlags) -> Result<()> {
-    if flags.stop {
-        return stop_all(sh);
+impl RunFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        if self.stop {
+            return stop_all(sh);
+        }
+        let major = self.pg;
+        SetupFlags { pg: major.into() }.run(sh)?;
+        let install = step(&format!("{major}: run's private install"), || {
+            private_install(sh, major, PURPOSE)
+        })?;
+        step("build and install the extension (release)", || install.install_extension(sh, true))?;
+        let cluster = step(&format!("start a {major} cluster with sample documents"), || {
+            start_with_samples(Cluster::new(sh, major, PURPOSE)?.with_install(install), Fresh::No)
+        })?;
+        println!();
+        println!(
+            "{major} is running with pg_automerge and the table sample_documents. Connect with:"
+        );
+        println!();
+        println!("    {}", cluster.psql_line(DATABASE));
+        println!();
+        println!("Stop it with: cargo xtask run --stop");
+        Ok(())
     }
-    let major = flags.pg;
-    setup::run(sh, &SetupFlags { pg: major.into() })?;
-    let install =
-        step(&format!("{major}: run's private install"), || private_install(sh, major, PURPOSE))?;
-    step("build and install the extension (release)", || install.install_extension(sh, true))?;
-    let cluster = step(&format!("start a {major} cluster with sample documents"), || {
-        start_with_samples(Cluster::new(sh, major, PURPOSE)?.with_install(install), Fresh::No)
-    })?;
-    println!();
-    println!("{major} is running with pg_automerge and the table sample_documents. Connect with:");
-    println!();
-    println!("    {}", cluster.psql_line(DATABASE));
-    println!();
-    println!("Stop it with: cargo xtask run --stop");
-    Ok(())
 }
 
 /// Stops `run`'s clusters that run. Stopping needs no install of their own: `pg_ctl stop`

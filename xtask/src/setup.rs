@@ -10,7 +10,7 @@ use xshell::{cmd, Shell};
 use crate::debian_source;
 use crate::flags::SetupFlags;
 use crate::postgres::{is_root, PgMajor, Provenance};
-use crate::step::{note, step};
+use crate::util::{note, step};
 
 /// Debian packages needed to build Postgres and pgrx extensions and to run test clusters
 /// as an unprivileged user. The PostgreSQL 15 packages come from `PgMajor::provenance`.
@@ -32,16 +32,18 @@ const BUILD_PACKAGES: &[&str] = &[
     "sudo",
 ];
 
-pub fn run(sh: &Shell, flags: &SetupFlags) -> Result<()> {
-    step("check the platform", check_platform)?;
-    step("Debian packages", || install_packages(sh))?;
-    step("cargo-pgrx", || install_cargo_pgrx(sh))?;
-    let mut pg_configs = BTreeMap::new();
-    for major in flags.pg.majors() {
-        let pg_config = step(&format!("{major}"), || provide_major(sh, major))?;
-        pg_configs.insert(major, pg_config);
+impl SetupFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        step("check the platform", check_platform)?;
+        step("Debian packages", || install_packages(sh))?;
+        step("cargo-pgrx", || install_cargo_pgrx(sh))?;
+        let mut pg_configs = BTreeMap::new();
+        for major in self.pg.majors() {
+            let pg_config = step(&format!("{major}"), || provide_major(sh, major))?;
+            pg_configs.insert(major, pg_config);
+        }
+        step("pgrx configuration", || configure_pgrx(sh, &pg_configs))
     }
-    step("pgrx configuration", || configure_pgrx(sh, &pg_configs))
 }
 
 fn check_platform() -> Result<()> {

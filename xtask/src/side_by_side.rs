@@ -20,8 +20,7 @@ use crate::cluster::Cluster;
 use crate::install::mapped_library;
 use crate::postgres::PgMajor;
 use crate::run::{private_install, start_with_samples, Fresh, DATABASE};
-use crate::step::note;
-use crate::test::Counts;
+use crate::util::{note, Counts};
 
 /// The major whose test step runs beside the cluster.
 pub const MAJOR: PgMajor = PgMajor::Pg17;

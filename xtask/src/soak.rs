@@ -13,59 +13,61 @@ use crate::flags::{OnOff, SoakFlags};
 use crate::image;
 use crate::project_root;
 use crate::provenance::Provenance;
-use crate::step::{note, step};
+use crate::util::{note, step, Skippable};
 
 /// The full-length run, whose report is `results/soak-<date>/`.
 const FULL_LENGTH_SECS: u64 = 70 * 60;
 const INITIAL_DOCUMENTS: u64 = 200;
 
-pub fn run(sh: &Shell, flags: &SoakFlags) -> Result<()> {
-    if let Err(reason) = step("Docker engine", || image::ensure_docker(sh))? {
-        bail!("the soak needs a Docker engine: {reason}");
-    }
-    let tag = image::build(sh, &flags.base, false)?;
-    // The report's setup table: the machine, toolchain and checkout, as every report says them.
-    let extension_build =
-        format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
-    let provenance =
-        Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
-    let name = results_name(flags, &provenance.date);
-    let run = run_label("soak");
-    remove_leftover_containers(sh, &run)?;
-    let results_dir = project_root().join("results").join(&name);
-    // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
-    let growth = 2500 * flags.duration.as_secs().min(FULL_LENGTH_SECS) / FULL_LENGTH_SECS;
-    let config = serde_json::json!({
-        "image": tag,
-        "run": run,
-        "duration_secs": flags.duration.as_secs(),
-        "memory_bytes": flags.memory,
-        "connections": flags.connections,
-        "gin_fastupdate": flags.gin_fastupdate == OnOff::On,
-        "trim_threshold": flags.trim_threshold,
-        "max_load_memory": flags.max_load_memory,
-        "initial_documents": INITIAL_DOCUMENTS,
-        "final_documents": INITIAL_DOCUMENTS + growth,
-        "documents": "WithLarge",
-        "sample_interval_secs": 5,
-        "results_dir": results_dir,
-        "command": command_line(),
-        "build": provenance.entries_except_command(),
-        "progress": true,
-    });
-    step(&format!("soak for {} s against {tag}", flags.duration.as_secs()), || {
-        let status = Command::new("cargo")
-            .args(["run", "--quiet", "--release", "-p", "soak", "--"])
-            .arg(config.to_string())
-            .current_dir(project_root())
-            .status();
-        remove_leftover_containers(sh, &run)?;
-        let status = status?;
-        if !status.success() {
-            bail!("the soak failed ({status}); see {}", results_dir.display());
+impl SoakFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        if let Skippable::Skipped(reason) = step("Docker engine", || image::ensure_docker(sh))? {
+            bail!("the soak needs a Docker engine: {reason}");
         }
-        Ok(())
-    })
+        let tag = image::build(sh, &self.base, false)?;
+        // The report's setup table: the machine, toolchain and checkout, as every report says them.
+        let extension_build =
+            format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
+        let provenance =
+            Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
+        let name = results_name(self, &provenance.date);
+        let run = run_label("soak");
+        remove_leftover_containers(sh, &run)?;
+        let results_dir = project_root().join("results").join(&name);
+        // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
+        let growth = 2500 * self.duration.as_secs().min(FULL_LENGTH_SECS) / FULL_LENGTH_SECS;
+        let config = serde_json::json!({
+            "image": tag,
+            "run": run,
+            "duration_secs": self.duration.as_secs(),
+            "memory_bytes": self.memory,
+            "connections": self.connections,
+            "gin_fastupdate": self.gin_fastupdate == OnOff::On,
+            "trim_threshold": self.trim_threshold,
+            "max_load_memory": self.max_load_memory,
+            "initial_documents": INITIAL_DOCUMENTS,
+            "final_documents": INITIAL_DOCUMENTS + growth,
+            "documents": "WithLarge",
+            "sample_interval_secs": 5,
+            "results_dir": results_dir,
+            "command": command_line(),
+            "build": provenance.entries_except_command(),
+            "progress": true,
+        });
+        step(&format!("soak for {} s against {tag}", self.duration.as_secs()), || {
+            let status = Command::new("cargo")
+                .args(["run", "--quiet", "--release", "-p", "soak", "--"])
+                .arg(config.to_string())
+                .current_dir(project_root())
+                .status();
+            remove_leftover_containers(sh, &run)?;
+            let status = status?;
+            if !status.success() {
+                bail!("the soak failed ({status}); see {}", results_dir.display());
+            }
+            Ok(())
+        })
+    }
 }
 
 /// `soak-<date>` for the default run; other settings add what differs.

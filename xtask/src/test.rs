@@ -5,10 +5,9 @@
 //! (`side_by_side.rs`). Prints summary lines per major and a closing `N passed, N failed`
 //! line.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
 use std::path::PathBuf;
@@ -16,7 +15,7 @@ use std::path::PathBuf;
 use crate::bench;
 use crate::cluster::{checkout_id, Cluster};
 use crate::doc_examples;
-use crate::flags::{BenchScale, SetupFlags, TestFlags, TestStep};
+use crate::flags::{BenchScale, SetupFlags, TestFlags, TestStep, DEBOOTSTRAP_BASE};
 use crate::fuzz;
 use crate::image;
 use crate::install::PgInstall;
@@ -24,194 +23,180 @@ use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
-use crate::setup;
 use crate::side_by_side;
 use crate::soak::{remove_leftover_containers, run_label};
-use crate::step::{note, step};
+use crate::util::{counted, note, step, Counts, Skippable};
 
-/// How many tests passed and failed.
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct Counts {
-    pub passed: usize,
-    pub failed: usize,
-}
+impl TestFlags {
+    pub fn run(&self, sh: &Shell) -> Result<()> {
+        SetupFlags { pg: self.pg }.run(sh)?;
+        let mut summary: Vec<String> = Vec::new();
+        let mut total = Counts::default();
+        let runs = |wanted: TestStep| self.only.is_empty() || self.only.contains(&wanted);
+        use TestStep::{Docs, Hostile, Reliability, SideBySide, Snapshots};
 
-impl std::ops::AddAssign for Counts {
-    fn add_assign(&mut self, other: Counts) {
-        self.passed += other.passed;
-        self.failed += other.failed;
-    }
-}
-
-impl std::fmt::Display for Counts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} passed, {} failed", self.passed, self.failed)
-    }
-}
-
-pub fn run(sh: &Shell, flags: &TestFlags) -> Result<()> {
-    setup::run(sh, &SetupFlags { pg: flags.pg })?;
-    let mut summary: Vec<String> = Vec::new();
-    let mut total = Counts::default();
-    let runs = |wanted: TestStep| flags.only.is_empty() || flags.only.contains(&wanted);
-    use TestStep::{Docs, Hostile, Reliability, SideBySide, Snapshots};
-
-    if runs(TestStep::Lints) {
-        let lints = step("lints: clippy on every crate and target, warnings denied", || {
-            clippy(flags.pg.majors()[0])
-        })?;
-        summary.push(format!("lints: {lints}"));
-        total += lints;
-    }
-
-    if runs(TestStep::Core) {
-        let core = step("core crates: unit tests and properties", || {
-            let mut cargo = Command::new("cargo");
-            // The extension's tests need a backend and the snapshots a cluster: both run per major;
-            // the soak crate's tests need the Docker image: they run in the Docker step.
-            cargo
-                .args(["test", "--no-fail-fast", "--workspace"])
-                .args([
-                    "--exclude",
-                    "pg_automerge",
-                    "--exclude",
-                    "cluster_tests",
-                    "--exclude",
-                    "soak",
-                ])
-                // The load-estimate test prints its estimate/peak table.
-                .args(["--", "--nocapture"])
-                .current_dir(project_root());
-            counted(cargo)
-        })?;
-        summary.push(format!("core crates: {core}"));
-        total += core;
-    }
-
-    if runs(TestStep::Fuzz) {
-        let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
-            fuzz::campaign(fuzz::BOUNDED_TIME, 1)
-        })?;
-        summary.push(format!("fuzz: {}", fuzzed.counts));
-        total.failed += fuzzed.counts.failures as usize;
-    }
-
-    if runs(TestStep::Node) || runs(TestStep::Estimate) {
-        step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
-    }
-    // The core tests wrote a sample of the values they accepted (issue 14).
-    if runs(TestStep::Node) {
-        if let Some(samples) =
-            step("Node.js: accepted samples load in @automerge/automerge", || {
-                node_loads_accepted_samples(sh)
-            })?
-        {
-            summary.push(format!("Node.js: accepted samples {samples}"));
-            total += samples;
-        }
-    }
-
-    if runs(TestStep::Estimate) {
-        let estimate =
-            step("load estimate against measured peaks (release, small and medium)", || {
-                estimate_peaks(sh)
+        if runs(TestStep::Lints) {
+            let lints = step("lints: clippy on every crate and target, warnings denied", || {
+                clippy(self.pg.majors()[0])
             })?;
-        summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
-        total += estimate;
-    }
+            summary.push(format!("lints: {lints}"));
+            total += lints;
+        }
 
-    for major in flags.pg.majors() {
-        // The whole step of this major runs beside a cluster made as `run` makes its own.
-        let beside = (major == side_by_side::MAJOR && runs(TestStep::SideBySide))
-            .then(|| {
-                step(&format!("{major}: a run cluster beside the tests"), || {
-                    side_by_side::start(sh)
-                })
-            })
-            .transpose()?;
-        if runs(TestStep::Pgrx) {
-            let extension = step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
-            summary.push(format!("{major}: extension tests {extension}"));
-            total += extension;
-        } else if [Docs, Snapshots, Reliability, Hostile, SideBySide].into_iter().any(runs) {
-            // The extension tests install the build the later steps use; without them,
-            // install it here.
-            step(&format!("{major}: install the extension (debug build)"), || {
-                PgInstall::shared(major).install_extension(sh, false)
+        if runs(TestStep::Core) {
+            let core = step("core crates: unit tests and properties", || {
+                let mut cargo = Command::new("cargo");
+                // The extension's tests need a backend and the snapshots a cluster: both run per major;
+                // the soak crate's tests need the Docker image: they run in the Docker step.
+                cargo
+                    .args(["test", "--no-fail-fast", "--workspace"])
+                    .args([
+                        "--exclude",
+                        "pg_automerge",
+                        "--exclude",
+                        "cluster_tests",
+                        "--exclude",
+                        "soak",
+                    ])
+                    // The load-estimate test prints its estimate/peak table.
+                    .args(["--", "--nocapture"])
+                    .current_dir(project_root());
+                counted(cargo)
             })?;
+            summary.push(format!("core crates: {core}"));
+            total += core;
         }
-        let (docs, snapshots) = (runs(TestStep::Docs), runs(TestStep::Snapshots));
-        if docs || snapshots {
-            let (examples, cluster) =
-                step(&format!("{major}: documentation examples and cluster tests"), || {
-                    cluster_checks(sh, major, docs, snapshots)
-                })?;
-            summary.push(format!(
-                "{major}: documentation examples {examples}; cluster tests {cluster}"
-            ));
-            total += examples;
-            total += cluster;
-        }
-        if runs(TestStep::Reliability) {
-            let reliability = step(
-                &format!("{major}: reliability (crashes, replication, dump, upgrades)"),
-                || reliability::run(sh, major),
-            )?;
-            summary.push(format!(
-                "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
-                major.number(),
-                reliability.counts,
-                reliability.crashes_survived,
-                reliability.upgrades
-            ));
-            total += reliability.counts;
-        }
-        if runs(TestStep::Hostile) {
-            let hostile = step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
-            summary.push(format!("{major}: hostile inputs: {hostile}"));
-            total += hostile;
-        }
-        if let Some(beside) = beside {
-            let unharmed =
-                step(&format!("{major}: the run cluster beside the tests is unharmed"), || {
-                    side_by_side::check(beside)
-                })?;
-            summary.push(format!("{major}: a run cluster beside the tests: {unharmed}"));
-            total += unharmed;
-        }
-    }
 
-    // Every bench runs once on the small fixtures: no timing is checked, only that each
-    // still works against the extension as built.
-    let major = flags.pg.majors()[0];
-    if runs(TestStep::Bench) {
-        let benches = step("benchmarks, quick (a smoke check)", || {
-            bench::measure_and_report(sh, major, BenchScale::Small, 2, None)
-        })?;
-        summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
-        total += Counts { passed: benches, failed: 0 };
-    }
-    if runs(TestStep::Docker) {
-        let docker =
-            step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
-        summary.push(match docker {
-            Ok(counts) => {
-                total += counts;
-                format!("Docker: container tests and short soak {counts}")
+        if runs(TestStep::Fuzz) {
+            let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
+                fuzz::campaign(fuzz::BOUNDED_TIME, 1)
+            })?;
+            summary.push(format!("fuzz: {}", fuzzed.counts));
+            total.failed += fuzzed.counts.failures as usize;
+        }
+
+        // The snapshots step runs examples/node-client against the server too.
+        if runs(TestStep::Node) || runs(TestStep::Estimate) || runs(TestStep::Snapshots) {
+            step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
+        }
+        // The core tests wrote a sample of the values they accepted (issue 14).
+        if runs(TestStep::Node) {
+            if let Some(samples) =
+                step("Node.js: accepted samples load in @automerge/automerge", || {
+                    node_loads_accepted_samples(sh)
+                })?
+            {
+                summary.push(format!("Node.js: accepted samples {samples}"));
+                total += samples;
             }
-            Err(reason) => format!("Docker: SKIPPED, no Docker engine can run here ({reason})"),
-        });
-    }
+        }
 
-    println!();
-    for line in &summary {
-        println!("{line}");
+        if runs(TestStep::Estimate) {
+            let estimate =
+                step("load estimate against measured peaks (release, small and medium)", || {
+                    estimate_peaks(sh)
+                })?;
+            summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
+            total += estimate;
+        }
+
+        for major in self.pg.majors() {
+            // The whole step of this major runs beside a cluster made as `run` makes its own.
+            let beside = (major == side_by_side::MAJOR && runs(TestStep::SideBySide))
+                .then(|| {
+                    step(&format!("{major}: a run cluster beside the tests"), || {
+                        side_by_side::start(sh)
+                    })
+                })
+                .transpose()?;
+            if runs(TestStep::Pgrx) {
+                let extension =
+                    step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
+                summary.push(format!("{major}: extension tests {extension}"));
+                total += extension;
+            } else if [Docs, Snapshots, Reliability, Hostile, SideBySide].into_iter().any(runs) {
+                // The extension tests install the build the later steps use; without them,
+                // install it here.
+                step(&format!("{major}: install the extension (debug build)"), || {
+                    PgInstall::shared(major).install_extension(sh, false)
+                })?;
+            }
+            let (docs, snapshots) = (runs(TestStep::Docs), runs(TestStep::Snapshots));
+            if docs || snapshots {
+                let (examples, cluster) =
+                    step(&format!("{major}: documentation examples and cluster tests"), || {
+                        cluster_checks(sh, major, docs, snapshots)
+                    })?;
+                summary.push(format!(
+                    "{major}: documentation examples {examples}; cluster tests {cluster}"
+                ));
+                total += examples;
+                total += cluster;
+            }
+            if runs(TestStep::Reliability) {
+                let reliability = step(
+                    &format!("{major}: reliability (crashes, replication, dump, upgrades)"),
+                    || reliability::run(sh, major),
+                )?;
+                summary.push(format!(
+                    "{}: reliability: {}; crashes survived: {}; upgrades from older releases: {}",
+                    major.number(),
+                    reliability.counts,
+                    reliability.crashes_survived,
+                    reliability.upgrades
+                ));
+                total += reliability.counts;
+            }
+            if runs(TestStep::Hostile) {
+                let hostile =
+                    step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
+                summary.push(format!("{major}: hostile inputs: {hostile}"));
+                total += hostile;
+            }
+            if let Some(beside) = beside {
+                let unharmed = step(
+                    &format!("{major}: the run cluster beside the tests is unharmed"),
+                    || side_by_side::check(beside),
+                )?;
+                summary.push(format!("{major}: a run cluster beside the tests: {unharmed}"));
+                total += unharmed;
+            }
+        }
+
+        // Every bench runs once on the small fixtures: no timing is checked, only that each
+        // still works against the extension as built.
+        let major = self.pg.majors()[0];
+        if runs(TestStep::Bench) {
+            let benches = step("benchmarks, quick (a smoke check)", || {
+                bench::measure_and_report(sh, major, BenchScale::Small, 2, None)
+            })?;
+            summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
+            total += Counts { passed: benches, failed: 0 };
+        }
+        if runs(TestStep::Docker) {
+            let docker =
+                step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
+            summary.push(match docker {
+                Skippable::Ran(counts) => {
+                    total += counts;
+                    format!("Docker: container tests and short soak {counts}")
+                }
+                Skippable::Skipped(reason) => {
+                    format!("Docker: SKIPPED, no Docker engine can run here ({reason})")
+                }
+            });
+        }
+
+        println!();
+        for line in &summary {
+            println!("{line}");
+        }
+        println!("{total}");
+        if total.failed > 0 {
+            bail!("{} test(s) failed", total.failed);
+        }
+        Ok(())
     }
-    println!("{total}");
-    if total.failed > 0 {
-        bail!("{} test(s) failed", total.failed);
-    }
-    Ok(())
 }
 
 /// `cargo clippy -- -D warnings` over the workspace, the extension built for `major`: one
@@ -356,13 +341,13 @@ fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
 
 /// Builds the image with a debug build of the extension (no release build in the tests)
 /// and runs the soak crate's tests against it: the container tests and a 2.5-minute soak.
-/// `Ok(Err(reason))` where no Docker engine can run.
-fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
-    if let Err(reason) = image::ensure_docker(sh)? {
+/// Skipped where no Docker engine can run.
+fn docker_checks(sh: &Shell) -> Result<Skippable<Counts>> {
+    if let Skippable::Skipped(reason) = image::ensure_docker(sh)? {
         note(format!("skipping the container tests: {reason}"));
-        return Ok(Err(reason));
+        return Ok(Skippable::Skipped(reason));
     }
-    let tag = image::build(sh, image::DEBOOTSTRAP_BASE, true)?;
+    let tag = image::build(sh, DEBOOTSTRAP_BASE, true)?;
     let run = run_label("container-tests");
     remove_leftover_containers(sh, &run)?;
     let mut tests = Command::new("cargo");
@@ -373,56 +358,5 @@ fn docker_checks(sh: &Shell) -> Result<std::result::Result<Counts, String>> {
         .current_dir(project_root());
     let counts = counted(tests);
     remove_leftover_containers(sh, &run)?;
-    Ok(Ok(counts?))
-}
-
-/// Runs a `cargo test`-like command, passing its output through, and adds up the
-/// `test result:` lines it prints. Fails when the command fails without a failing test
-/// (a build error, say).
-fn counted(mut command: Command) -> Result<Counts> {
-    command.stdout(Stdio::piped());
-    let mut child = command.spawn().context("starting cargo")?;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let mut counts = Counts::default();
-    for line in BufReader::new(stdout).lines() {
-        let line = line?;
-        println!("{line}");
-        if let Some(result) = parse_test_result(&line) {
-            counts += result;
-        }
-    }
-    let status = child.wait()?;
-    if !status.success() && counts.failed == 0 {
-        bail!("{command:?} failed ({status}) before any test failed");
-    }
-    Ok(counts)
-}
-
-/// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.
-fn parse_test_result(line: &str) -> Option<Counts> {
-    let rest = line.trim().strip_prefix("test result: ")?;
-    let number_before = |word: &str| -> Option<usize> {
-        rest.split(';').find_map(|part| {
-            part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok()
-        })
-    };
-    Some(Counts { passed: number_before("passed")?, failed: number_before("failed")? })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_cargo_test_result_lines() {
-        assert_eq!(
-            parse_test_result("test result: ok. 14 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.09s"),
-            Some(Counts { passed: 14, failed: 0 })
-        );
-        assert_eq!(
-            parse_test_result("test result: FAILED. 3 passed; 2 failed; 0 ignored"),
-            Some(Counts { passed: 3, failed: 2 })
-        );
-        assert_eq!(parse_test_result("running 3 tests"), None);
-    }
+    Ok(Skippable::Ran(counts?))
 }

@@ -216,3 +216,62 @@ fn the_tree_is_formatted() {
         String::from_utf8_lossy(&output.stdout)
     );
 }
+
+/// xtask's modules import one another without a loop, and `util` and `flags` are leaves
+/// that every verb can import: a module's imports are the `crate::<module>` paths in its
+/// files (`bench/` counts as one module).
+#[test]
+fn xtask_modules_import_without_a_loop() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let src = project_root().join("xtask/src");
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files_below("xtask/src", ".rs") {
+        let relative = file.strip_prefix(&src).unwrap();
+        let module =
+            relative.iter().next().unwrap().to_string_lossy().trim_end_matches(".rs").to_string();
+        let text = fs::read_to_string(&file).unwrap();
+        let entry = imports.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            let name: String = text[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name != module && name != "project_root" && !name.is_empty() {
+                entry.insert(name);
+            }
+        }
+    }
+    for leaf in ["util", "flags"] {
+        let allowed: &[&str] = if leaf == "flags" { &["postgres"] } else { &[] };
+        let extra: Vec<_> =
+            imports[leaf].iter().filter(|name| !allowed.contains(&name.as_str())).collect();
+        assert!(extra.is_empty(), "xtask's `{leaf}` must stay a leaf, but imports {extra:?}");
+    }
+    // Depth-first search for a module reachable from itself.
+    fn visit(
+        module: &str,
+        imports: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            panic!(
+                "xtask's modules import in a loop: {}",
+                path[at..].join(" -> ") + " -> " + module
+            );
+        }
+        if !done.insert(module.to_string()) {
+            return;
+        }
+        path.push(module.to_string());
+        for next in imports.get(module).into_iter().flatten() {
+            visit(next, imports, path, done);
+        }
+        path.pop();
+    }
+    let mut done = BTreeSet::new();
+    for module in imports.keys() {
+        visit(module, &imports, &mut Vec::new(), &mut done);
+    }
+}

@@ -8,7 +8,7 @@ use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, ActorClock, Header, Kept, Prefix, RootOps, StoredValue, Summary};
 use crate::guard::no_panic;
 use crate::kept_json::{self, JsonCodec, TextJson};
-use crate::{cache, json, memory, writes, Error};
+use crate::{cache, chunk, json, memory, writes, Error};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
 /// concatenation of them. Empty input is the empty document. The input must be
@@ -35,8 +35,8 @@ pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
 /// `bytes` split after a leading document chunk (a save), when they start with one: the
 /// save and what follows it.
 pub(crate) fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
-    match estimate::chunks(bytes).next() {
-        Some(Ok((estimate::DOCUMENT, chunk))) => {
+    match chunk::chunks(bytes).next() {
+        Some(Ok((chunk::DOCUMENT, chunk))) => {
             let end = chunk.as_ptr() as usize + chunk.len() - bytes.as_ptr() as usize;
             bytes.split_at(end)
         }
@@ -110,12 +110,12 @@ fn encode_loaded(
 /// How many change chunks follow the document chunk that `bytes` start with, when that is
 /// all they hold: the shape of a save, and of a stored payload with changes appended.
 fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
-    let mut chunks = estimate::chunks(bytes);
-    if chunks.next()?.ok()?.0 != estimate::DOCUMENT {
+    let mut chunks = chunk::chunks(bytes);
+    if chunks.next()?.ok()?.0 != chunk::DOCUMENT {
         return None;
     }
     chunks.try_fold(0u32, |changes, chunk| match chunk {
-        Ok((estimate::CHANGE | estimate::COMPRESSED_CHANGE, _)) => changes.checked_add(1),
+        Ok((chunk::CHANGE | chunk::COMPRESSED_CHANGE, _)) => changes.checked_add(1),
         _ => None,
     })
 }

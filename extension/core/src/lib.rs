@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod cache;
+pub mod chunk;
 pub mod document;
 mod error;
 pub mod estimate;
@@ -15,6 +16,7 @@ pub mod integrity;
 pub mod interrupts;
 pub mod json;
 pub mod kept_json;
+pub mod leb128;
 pub mod memory;
 pub mod repair;
 pub mod spans;

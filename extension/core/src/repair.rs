@@ -6,8 +6,9 @@
 
 use automerge::{hydrate, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
+use crate::chunk::chunks;
 use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
-use crate::estimate::{self, estimate_stored};
+use crate::estimate::estimate_stored;
 use crate::guard::no_panic;
 use crate::{format, json, kept_json, writes, Error};
 
@@ -83,7 +84,7 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
         },
     };
     let mut dropped = Vec::new();
-    for chunk in estimate::chunks(appended) {
+    for chunk in chunks(appended) {
         let Ok((_, chunk)) = chunk else { break };
         let mut attempt = no_panic(|| doc.fork()).map_err(Error::CorruptStoredValue)?;
         match writes::apply_to(&mut attempt, chunk) {

@@ -19,13 +19,11 @@ use automerge::{
 };
 
 use crate::document::{contains, has_all, load_stored, to_stored, WriteSettings};
-use crate::estimate::{
-    self, estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate,
-};
+use crate::estimate::{estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
 use crate::format::{self, Kept, RootOps, StoredValue};
 use crate::guard::no_panic;
 use crate::kept_json::{self, RootEdit};
-use crate::{cache, integrity, json, memory, Error};
+use crate::{cache, chunk, integrity, json, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
@@ -302,10 +300,10 @@ fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bo
 
 /// The changes in `bytes`, when they are nothing but well-formed change chunks.
 fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
-    estimate::chunks(bytes)
+    chunk::chunks(bytes)
         .map(|chunk| {
             let (chunk_type, chunk) = chunk.ok()?;
-            if !matches!(chunk_type, estimate::CHANGE | estimate::COMPRESSED_CHANGE) {
+            if !matches!(chunk_type, chunk::CHANGE | chunk::COMPRESSED_CHANGE) {
                 return None;
             }
             let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;

@@ -13,14 +13,16 @@ use std::time::{Duration, Instant};
 use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, AutoCommit, Automerge, ObjType, ReadDoc, ScalarValue, ROOT};
+use fixtures::chunks::checksum;
 use fixtures::generated::{cached, generate, Kind, Scale, Spec};
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
+use pg_automerge_core::chunk::{AUTOMERGE_MAGIC, CHANGE, COMPRESSED_CHANGE, DOCUMENT};
 use pg_automerge_core::estimate::{
     client_rows, estimate_client_bytes, Counts, LoadEstimate, DEFAULT_MAX_LOAD_MEMORY,
 };
+use pg_automerge_core::leb128::{write_sleb as sleb, write_uleb as uleb};
 use pg_automerge_core::memory::{self, CountingAllocator};
-use sha2::{Digest, Sha256};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -301,40 +303,15 @@ fn bundle(doc: &mut AutoCommit) -> Vec<u8> {
 
 // ---- hand-built chunks ----
 
-fn uleb(out: &mut Vec<u8>, mut n: u64) {
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn sleb(out: &mut Vec<u8>, mut n: i64) {
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if (n == 0 && b & 0x40 == 0) || (n == -1 && b & 0x40 != 0) {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-/// A chunk around `data`, with the checksum Automerge checks: the start of the SHA-256
-/// of the chunk type, length and data (for a deflated change, of the inflated change).
+/// A chunk around `data`, with the checksum Automerge checks (for a deflated change, of
+/// the inflated change).
 fn chunk(chunk_type: u8, data: &[u8], checksum_of: Option<&[u8]>) -> Vec<u8> {
-    let hashed = checksum_of.unwrap_or(data);
-    let hashed_type = if checksum_of.is_some() { 1 } else { chunk_type };
-    let mut prefix = vec![hashed_type];
-    uleb(&mut prefix, hashed.len() as u64);
-    let hash = Sha256::new().chain_update(&prefix).chain_update(hashed).finalize();
-    let mut out = pg_automerge_core::format::AUTOMERGE_MAGIC.to_vec();
-    out.extend_from_slice(&hash[..4]);
+    let hash = match checksum_of {
+        Some(inflated) => checksum(CHANGE, inflated),
+        None => checksum(chunk_type, data),
+    };
+    let mut out = AUTOMERGE_MAGIC.to_vec();
+    out.extend_from_slice(&hash);
     out.push(chunk_type);
     uleb(&mut out, data.len() as u64);
     out.extend_from_slice(data);
@@ -411,7 +388,7 @@ fn rle_change_with_key(n: u64, key: &[u8]) -> Vec<u8> {
         (7 << 4 | 1, rle_run(n - 1, &[0])), // pred actor
         (7 << 4 | 3, pred_ctr),             // pred counter
     ];
-    chunk(1, &change_body(&cols, &[]), None)
+    chunk(CHANGE, &change_body(&cols, &[]), None)
 }
 
 /// A document chunk from its parts.
@@ -433,7 +410,7 @@ fn document_chunk(
     body.extend(op_meta);
     body.extend(change_data);
     body.extend(op_data);
-    chunk(0, &body, None)
+    chunk(DOCUMENT, &body, None)
 }
 
 /// A document whose operation columns claim `n` rows in a few bytes.
@@ -466,7 +443,7 @@ fn deflate(data: &[u8]) -> Vec<u8> {
 /// A deflated change chunk with no operations whose extra bytes inflate to `mb` MiB.
 fn deflate_bomb_change(mb: usize) -> Vec<u8> {
     let body = change_body(&[], &vec![0; mb << 20]);
-    chunk(2, &deflate(&body), Some(&body))
+    chunk(COMPRESSED_CHANGE, &deflate(&body), Some(&body))
 }
 
 /// A document chunk with one deflated value column that inflates to `mb` MiB.

@@ -1,4 +1,5 @@
--- pg_automerge 0.4.0 → 0.5.0.
+-- pg_automerge 0.4.0 → 0.5.0. The reliability step checks that an upgraded database's
+-- catalog equals a fresh install's.
 --
 -- 0.5.0 stores values in format version 3: the document's JSON kept as PostgreSQL's
 -- binary jsonb (compressed by the extension), the header and actor table first, so that

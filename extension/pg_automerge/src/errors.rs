@@ -1,4 +1,5 @@
-//! Raising the core crate's errors as Postgres ERRORs, each with its SQLSTATE.
+//! Raising errors as Postgres ERRORs, each with its SQLSTATE: the core crate's, and the
+//! few of the adapter's own. Every ERROR the extension reports is built here.
 
 use pg_automerge_core::{Error, ErrorKind};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -22,11 +23,32 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
 
 /// Raises `err` as an ERROR; does not return.
 pub fn raise(err: Error, function: &'static str) -> ! {
-    let mut report = ErrorReport::new(sqlstate(err.kind()), err.to_string(), function);
-    if let Some(detail) = err.detail() {
+    report(sqlstate(err.kind()), err.to_string(), err.detail(), err.hint().as_deref(), function)
+}
+
+/// Raises an ERROR of the adapter's own, which no core `Error` describes (a trigger
+/// created the wrong way, a column that is not there); does not return.
+pub fn raise_sqlstate(
+    code: PgSqlErrorCode,
+    message: String,
+    hint: Option<&str>,
+    function: &'static str,
+) -> ! {
+    report(code, message, None, hint, function)
+}
+
+fn report(
+    code: PgSqlErrorCode,
+    message: String,
+    detail: Option<String>,
+    hint: Option<&str>,
+    function: &'static str,
+) -> ! {
+    let mut report = ErrorReport::new(code, message, function);
+    if let Some(detail) = detail {
         report = report.set_detail(detail);
     }
-    if let Some(hint) = err.hint() {
+    if let Some(hint) = hint {
         report = report.set_hint(hint);
     }
     report.report(PgLogLevel::ERROR);

@@ -15,12 +15,13 @@ use std::ffi::c_void;
 
 use pg_automerge_core::document::LoadLimit;
 use pg_automerge_core::memory::{self, CountingAllocator};
-use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::{
-    pg_sys, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgLogLevel, PgLwLock,
+    pg_sys, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgLwLock,
     PgSqlErrorCode,
 };
+
+use crate::errors::raise_sqlstate;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -200,16 +201,15 @@ fn automerge_memory_backends() -> TableIterator<
     (name!(pid, i32), name!(allocated_bytes, i64), name!(peak_allocated_bytes, i64)),
 > {
     if !preloaded() {
-        ErrorReport::new(
+        raise_sqlstate(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "automerge_memory_backends() needs pg_automerge in shared_preload_libraries",
+            "automerge_memory_backends() needs pg_automerge in shared_preload_libraries".into(),
+            Some(
+                "Add pg_automerge to shared_preload_libraries and restart the server; \
+                 automerge_memory_usage() shows this backend's own heap without it.",
+            ),
             "automerge_memory_backends",
-        )
-        .set_hint(
-            "Add pg_automerge to shared_preload_libraries and restart the server; \
-             automerge_memory_usage() shows this backend's own heap without it.",
-        )
-        .report(PgLogLevel::ERROR);
+        );
     }
     publish();
     let slots = BACKENDS.share();

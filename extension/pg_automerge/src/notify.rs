@@ -15,23 +15,24 @@ use std::ffi::CStr;
 use std::num::NonZeroUsize;
 
 use pg_automerge_core::heads;
-use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, PgLogLevel, PgSqlErrorCode, PgTupleDesc};
+use pgrx::{pg_sys, PgSqlErrorCode, PgTupleDesc};
 use serde_json::{json, Map, Value as Json};
 
 use crate::datum::DocHeader;
-use crate::errors::OrRaise;
+use crate::errors::{raise_sqlstate, OrRaise};
 
 const FUNCTION: &str = "automerge_notify";
 /// Postgres refuses NOTIFY payloads of 8000 bytes or more.
 const PAYLOAD_LIMIT: usize = 8000;
 
 fn protocol_error(message: &str) -> ! {
-    ErrorReport::new(PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED, message.to_string(), FUNCTION)
-        .set_hint("Use: CREATE TRIGGER … AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW EXECUTE FUNCTION automerge_notify('channel', 'doc_column', 'key_column', …)")
-        .report(PgLogLevel::ERROR);
-    unreachable!()
+    raise_sqlstate(
+        PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+        message.to_string(),
+        Some("Use: CREATE TRIGGER … AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW EXECUTE FUNCTION automerge_notify('channel', 'doc_column', 'key_column', …)"),
+        FUNCTION,
+    )
 }
 
 #[pg_trigger]
@@ -124,13 +125,12 @@ fn column_datum(
         .filter_map(|i| tupdesc.get(i).map(|att| (i + 1, att)))
         .find(|(_, att)| !att.is_dropped() && att.name() == column)
         .unwrap_or_else(|| {
-            ErrorReport::new(
+            raise_sqlstate(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
                 format!("column \"{column}\" given to {FUNCTION} does not exist"),
+                None,
                 FUNCTION,
             )
-            .report(PgLogLevel::ERROR);
-            unreachable!()
         });
     // SAFETY: `tuple` is a row of this relation, described by `tupdesc`.
     unsafe { pgrx::heap_getattr_raw(tuple, NonZeroUsize::new(attno).unwrap(), tupdesc.as_ptr()) }
@@ -147,12 +147,12 @@ fn document_heads(
     }
     let (datum, type_oid) = column_datum(tuple, tupdesc, column)?;
     if !is_automerge(type_oid) {
-        ErrorReport::new(
+        raise_sqlstate(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
             format!("column \"{column}\" given to {FUNCTION} is not of type automerge"),
+            None,
             FUNCTION,
-        )
-        .report(PgLogLevel::ERROR);
+        );
     }
     // SAFETY: the column is of type automerge, and not null.
     let summary = unsafe { DocHeader::read(datum) }.or_raise(FUNCTION);

@@ -1,0 +1,241 @@
+//! The glue to criterion and the benches: reads the estimates criterion wrote, the peaks
+//! and loads and the stored sizes the benches wrote beside them, and writes the report's
+//! CSV files.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use super::{Row, StorageMeasure};
+
+#[derive(Deserialize)]
+struct BenchmarkJson {
+    group_id: String,
+    function_id: Option<String>,
+    value_str: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Estimate {
+    point_estimate: f64,
+}
+
+#[derive(Deserialize)]
+struct EstimatesJson {
+    median: Estimate,
+    median_abs_dev: Estimate,
+}
+
+/// Reads criterion's `new/benchmark.json` and `new/estimates.json` of every benchmark.
+pub(super) fn read_estimates(criterion_dir: &Path) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // A filter can leave a bench binary with nothing to run, and criterion with no directory.
+    if !criterion_dir.exists() {
+        return Ok(rows);
+    }
+    for benchmark in find_files(criterion_dir, "benchmark.json")? {
+        let dir = benchmark.parent().expect("a file has a directory");
+        if dir.file_name().is_some_and(|name| name != "new") {
+            continue;
+        }
+        let id: BenchmarkJson = serde_json::from_str(&fs::read_to_string(&benchmark)?)?;
+        let estimates: EstimatesJson =
+            serde_json::from_str(&fs::read_to_string(dir.join("estimates.json"))?)?;
+        let (level, operation) = id.group_id.split_once('/').unwrap_or(("core", &id.group_id));
+        rows.push(Row {
+            level: level.to_string(),
+            operation: operation.to_string(),
+            variant: id.function_id.unwrap_or_default(),
+            fixture: id.value_str.unwrap_or_default(),
+            median_ns: estimates.median.point_estimate,
+            spread_ns: estimates.median_abs_dev.point_estimate,
+            peak_bytes: None,
+            loads: None,
+        });
+    }
+    rows.sort_by(|a, b| {
+        (&a.level, &a.operation, &a.fixture, &a.variant).cmp(&(
+            &b.level,
+            &b.operation,
+            &b.fixture,
+            &b.variant,
+        ))
+    });
+    Ok(rows)
+}
+
+fn find_files(dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            found.extend(find_files(&path, name)?);
+        } else if path.file_name().is_some_and(|n| n == name) {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// Adds the peaks and loads the benches wrote (`group,variant,fixture,bytes,loads`, loads
+/// empty where not counted) to their rows.
+pub(super) fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
+    if !peaks.exists() {
+        return Ok(());
+    }
+    let text = fs::read_to_string(peaks).with_context(|| format!("reading {}", peaks.display()))?;
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(',').collect();
+        let [group, variant, fixture, bytes, loads] = fields[..] else {
+            bail!("bad peaks line: {line}")
+        };
+        let (level, operation) = group.split_once('/').unwrap_or(("core", group));
+        if let Some(row) = rows.iter_mut().find(|r| {
+            r.level == level
+                && r.operation == operation
+                && r.variant == variant
+                && r.fixture == fixture
+        }) {
+            row.peak_bytes = Some(bytes.parse()?);
+            row.loads = optional(loads)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads what the benches measured without timing it (`fixture,variant,measure,value`, the
+/// value empty where there is none); no file when a filter left the storage out.
+pub(super) fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let [fixture, variant, measure, value] = fields[..] else {
+                bail!("bad storage line: {line}")
+            };
+            Ok(StorageMeasure {
+                fixture: fixture.into(),
+                variant: variant.into(),
+                measure: measure.into(),
+                value: optional(value)?,
+            })
+        })
+        .collect()
+}
+
+/// An optional number: none when empty.
+fn optional<T: std::str::FromStr>(text: &str) -> Result<Option<T>>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    Ok(if text.is_empty() { None } else { Some(text.parse()?) })
+}
+
+pub(super) fn csv(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "level,operation,variant,fixture,median_ns,median_abs_dev_ns,peak_bytes,loads\n",
+    );
+    let optional = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
+    for r in rows {
+        writeln!(
+            out,
+            "{},{},{},{},{:.0},{:.0},{},{}",
+            r.level,
+            r.operation,
+            r.variant,
+            r.fixture,
+            r.median_ns,
+            r.spread_ns,
+            optional(r.peak_bytes),
+            optional(r.loads)
+        )
+        .unwrap();
+    }
+    out
+}
+
+pub(super) fn storage_csv(measures: &[StorageMeasure]) -> String {
+    let mut out = String::from("fixture,variant,measure,value\n");
+    for m in measures {
+        let value = m.value.map(|v| v.to_string()).unwrap_or_default();
+        writeln!(out, "{},{},{},{value}", m.fixture, m.variant, m.measure).unwrap();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::tests::row;
+    use crate::bench::{JSONB, NAIVE, OURS};
+
+    /// A file of `text` in a directory of its own, removed with it.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, text: &str) -> TempFile {
+            let dir = std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()));
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(name), text).unwrap();
+            TempFile(dir.join(name))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(self.0.parent().unwrap());
+        }
+    }
+
+    #[test]
+    fn peaks_and_loads_attach_to_their_rows() {
+        let peaks = TempFile::new(
+            "peaks.csv",
+            "sql/read title,pg_automerge,rich-text-small,4096,0\n\
+             sql/read title,naive (always loads),rich-text-small,9000,1\n\
+             core/read title,pg_automerge,rich-text-small,512,\n",
+        );
+        let mut rows = vec![
+            row("sql", "read title", OURS, 1.0),
+            row("sql", "read title", NAIVE, 1.0),
+            row("sql", "read title", JSONB, 1.0),
+            row("core", "read title", OURS, 1.0),
+        ];
+        add_peaks(&mut rows, &peaks.0).unwrap();
+        let measured: Vec<_> = rows.iter().map(|r| (r.peak_bytes, r.loads)).collect();
+        assert_eq!(
+            measured,
+            [(Some(4096), Some(0)), (Some(9000), Some(1)), (None, None), (Some(512), None)]
+        );
+        assert!(add_peaks(
+            &mut rows,
+            &TempFile::new("old-peaks.csv", "sql/heads,pg_automerge,x,1\n").0
+        )
+        .is_err());
+        // A run whose filter left out every bench that records peaks has no file at all.
+        add_peaks(&mut rows, Path::new("/nonexistent/peaks.csv")).unwrap();
+    }
+
+    #[test]
+    fn storage_measures_read_back_with_their_missing_values() {
+        let storage = TempFile::new(
+            "storage.csv",
+            "map-list-small,pg_automerge,jsonb_bytes,2048\nmap-list-small,naive (always loads),jsonb_bytes,\n",
+        );
+        let measures = read_storage(&storage.0).unwrap();
+        assert_eq!(measures.iter().map(|m| m.value).collect::<Vec<_>>(), [Some(2048), None]);
+        assert_eq!(
+            storage_csv(&measures),
+            "fixture,variant,measure,value\n\
+             map-list-small,pg_automerge,jsonb_bytes,2048\n\
+             map-list-small,naive (always loads),jsonb_bytes,\n"
+        );
+        assert!(read_storage(Path::new("/nonexistent/storage.csv")).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,112 @@
+//! Running the benches: the fixtures, the extension installed, a cluster for the SQL level,
+//! and `cargo bench` for each bench binary.
+
+use std::fs;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use xshell::Shell;
+
+use super::criterion::{add_peaks, read_estimates, read_storage};
+use super::Results;
+use crate::cluster::Cluster;
+use crate::fixtures;
+use crate::flags::BenchScale;
+use crate::install::PgInstall;
+use crate::postgres::PgMajor;
+use crate::project_root;
+use crate::provenance::Provenance;
+use crate::run::{start_with_samples, Fresh, DATABASE};
+use crate::util::{note, step};
+
+/// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
+/// shortest measurement and debug builds, as a check that each bench still runs.
+pub(super) fn measure(
+    sh: &Shell,
+    major: PgMajor,
+    scale: BenchScale,
+    jobs: usize,
+    filter: Option<&str>,
+) -> Result<Results> {
+    let quick = scale == BenchScale::Small;
+    let fixtures_dir = fixtures::dir();
+    let fixture_table = step(&format!("fixtures ({} scale)", scale.name()), || {
+        fixtures::generate(sh, Some(scale))
+    })?;
+    // The extension as users run it; a quick run reuses the debug build the tests made.
+    step(&format!("install the extension into {major}"), || {
+        PgInstall::shared(major).install_extension(sh, !quick)
+    })?;
+    let cluster = step(&format!("start a {major} cluster for the SQL benches"), || {
+        start_with_samples(Cluster::new(sh, major, "bench")?, Fresh::Yes)
+    })?;
+    // Recorded before measuring: what was built and run, not what the tree became meanwhile.
+    let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
+    let mut command = match quick {
+        true => "cargo xtask bench --quick".to_string(),
+        false => format!("cargo xtask bench --pg {} --scale {}", major.number(), scale.name()),
+    };
+    if jobs > 1 {
+        command += &format!(" --jobs {jobs}");
+    }
+    if let Some(filter) = filter {
+        command += &format!(" --filter '{filter}'");
+    }
+    let provenance =
+        Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
+    let criterion_dir = project_root().join("target/criterion");
+    if criterion_dir.exists() {
+        fs::remove_dir_all(&criterion_dir)?;
+    }
+    let peaks = criterion_dir.join("peaks.csv");
+    let storage = criterion_dir.join("storage.csv");
+    let benches = step("criterion benches", || {
+        let run = |bench: &str| -> Result<std::process::Child> {
+            let mut cargo = Command::new("cargo");
+            cargo.args(["bench", "--package", "benches", "--bench", bench]);
+            if quick {
+                // Reuses the tests' debug build of every dependency instead of a release build.
+                cargo.args(["--profile", "dev"]);
+            }
+            if let Some(filter) = filter {
+                // Criterion's filter; the variable lets the benches skip their untimed work
+                // (peaks, stored sizes, WAL) for what criterion skips.
+                cargo.args(["--", filter]).env("PG_AUTOMERGE_BENCH_FILTER", filter);
+            }
+            cargo
+                .env("PG_AUTOMERGE_BENCH_SCALE", scale.name())
+                .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
+                .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
+                .env("PG_AUTOMERGE_BENCH_STORAGE", &storage)
+                .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
+                .current_dir(project_root());
+            cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
+        };
+        // `core` and `sql` may run side by side (`--jobs`); the allocator pair runs one after
+        // the other, alone, since its ratio compares two binaries.
+        let batches: [&[&str]; 3] =
+            [&["core", "sql"], &["load_counting_allocator"], &["load_system_allocator"]];
+        for batch in batches {
+            for chunk in batch.chunks(jobs.max(1)) {
+                let children: Vec<_> = chunk
+                    .iter()
+                    .map(|bench| run(bench).map(|child| (bench, child)))
+                    .collect::<Result<_>>()?;
+                for (bench, mut child) in children {
+                    let status = child.wait()?;
+                    if !status.success() {
+                        bail!("cargo bench --bench {bench} failed ({status})");
+                    }
+                }
+            }
+        }
+        Ok(())
+    });
+    cluster.stop()?;
+    benches?;
+    let mut rows = read_estimates(&criterion_dir)?;
+    add_peaks(&mut rows, &peaks)?;
+    let storage = read_storage(&storage)?;
+    note(format!("{} benchmarks measured", rows.len()));
+    Ok(Results { rows, storage, fixture_table, provenance, quick, scale: scale.name() })
+}

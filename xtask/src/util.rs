@@ -1,0 +1,103 @@
+//! What the verbs share: printing one step at a time, counting tests, and the outcome of
+//! a step that may be skipped. A leaf: it imports nothing of xtask, so that every verb can
+//! import it without a loop.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// Runs one named step, printing its name before and its duration after.
+pub fn step<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
+    eprintln!("==> {name}");
+    let started = Instant::now();
+    let result = work();
+    let outcome = if result.is_ok() { "done" } else { "FAILED" };
+    eprintln!("<== {name}: {outcome} in {:.1}s", started.elapsed().as_secs_f64());
+    result
+}
+
+/// Prints a note inside the current step.
+pub fn note(text: impl std::fmt::Display) {
+    eprintln!("    {text}");
+}
+
+/// What a step that needs something this machine may lack (a Docker engine) came to: it
+/// ran, or it was skipped for a reason the summary prints.
+#[derive(Debug)]
+pub enum Skippable<T> {
+    Ran(T),
+    Skipped(String),
+}
+
+/// How many tests passed and failed.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} passed, {} failed", self.passed, self.failed)
+    }
+}
+
+/// Runs a `cargo test`-like command, passing its output through, and adds up the
+/// `test result:` lines it prints. Fails when the command fails without a failing test
+/// (a build error, say).
+pub fn counted(mut command: Command) -> Result<Counts> {
+    command.stdout(Stdio::piped());
+    let mut child = command.spawn().context("starting cargo")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut counts = Counts::default();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(result) = parse_test_result(&line) {
+            counts += result;
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() && counts.failed == 0 {
+        bail!("{command:?} failed ({status}) before any test failed");
+    }
+    Ok(counts)
+}
+
+/// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.
+fn parse_test_result(line: &str) -> Option<Counts> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let number_before = |word: &str| -> Option<usize> {
+        rest.split(';').find_map(|part| {
+            part.trim().strip_suffix(word)?.trim().rsplit(' ').next()?.parse().ok()
+        })
+    };
+    Some(Counts { passed: number_before("passed")?, failed: number_before("failed")? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cargo_test_result_lines() {
+        assert_eq!(
+            parse_test_result("test result: ok. 14 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.09s"),
+            Some(Counts { passed: 14, failed: 0 })
+        );
+        assert_eq!(
+            parse_test_result("test result: FAILED. 3 passed; 2 failed; 0 ignored"),
+            Some(Counts { passed: 3, failed: 2 })
+        );
+        assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+}
