@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod cache;
+pub mod diff;
 pub mod document;
 mod error;
 pub mod estimate;
