@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod cache;
+pub mod conflicts;
 pub mod diff;
 pub mod document;
 mod error;

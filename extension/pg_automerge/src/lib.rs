@@ -4,7 +4,9 @@
 //! SQL. The Automerge logic itself, and its tests, live in the core crate.
 
 mod casts;
+mod conflicts;
 mod datum;
+mod diff;
 mod equality;
 mod errors;
 mod history;
