@@ -1,7 +1,7 @@
 //! Rich text as CommonMark (with `~~strike~~`, the one extension GitHub's and most
 //! renderers read): every character of the text comes back when the Markdown is parsed,
-//! because every ASCII punctuation character is escaped and spaces that Markdown would
-//! drop are written as character references. A mark that starts or ends between a letter
+//! because every character that could be read as syntax is escaped and spaces that
+//! Markdown would drop are written as character references. A mark that starts or ends between a letter
 //! and punctuation (`a`**`.b`**) cannot be written with CommonMark's delimiters and reads
 //! back without it; its text is kept.
 
@@ -148,23 +148,34 @@ fn delimiter(mark: &Mark, open: bool, underscore: bool) -> String {
     }
 }
 
-/// Text with every ASCII punctuation character escaped, so that none is read as syntax,
-/// and the spaces at a line's start or end, which Markdown drops, as references.
+/// Text with every character that Markdown could read as syntax escaped, and the spaces
+/// at a line's start or end, which Markdown drops, as references. Some characters are
+/// syntax only where a line starts (`-`, `+` and `=`, and `.` or `)` after a number).
 fn escape(text: &str, line_start: bool, line_end: bool) -> String {
     let chars: Vec<char> = text.chars().collect();
     let leading = if line_start { chars.iter().take_while(|c| is_blank(**c)).count() } else { 0 };
     let trailing =
         if line_end { chars.iter().rev().take_while(|c| is_blank(**c)).count() } else { 0 };
     let mut out = String::with_capacity(text.len());
+    // Whether everything since the line's start (its blanks aside) is digits.
+    let mut digits_only = line_start;
     for (i, c) in chars.iter().enumerate() {
+        let first = line_start && i == leading;
         if i < leading || i >= chars.len().saturating_sub(trailing) {
             out.push_str(&format!("&#{};", u32::from(*c)));
-        } else if c.is_ascii_punctuation() {
-            out.push('\\');
-            out.push(*c);
-        } else {
-            out.push(*c);
+            continue;
         }
+        let escaped = match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '&' | '~' | '!' | '#' | '|' => true,
+            '-' | '+' | '=' => first,
+            '.' | ')' => digits_only && i > leading,
+            _ => false,
+        };
+        if escaped {
+            out.push('\\');
+        }
+        out.push(*c);
+        digits_only = digits_only && c.is_ascii_digit();
     }
     out
 }

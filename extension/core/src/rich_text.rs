@@ -268,7 +268,7 @@ pub(crate) mod tests {
             "ordered item",
             "fn main() {\n    println!(\"<hi>\");\n}",
             "quoted *text* > here",
-            "line one\nline two",
+            "line one\n- not an item\n===\n2) not a list\n+ plus | pipe",
             "links: good, mail, bad, case",
             "",
         ];
