@@ -42,7 +42,9 @@ pub fn conflicts(doc: &Automerge, path: &[String]) -> Result<Vec<Conflict>, Erro
         .into_iter()
         .map(|(value, id)| {
             let value = match value {
-                Value::Object(object_type) => json::object(doc, &id, object_type, None, path.len())?,
+                Value::Object(object_type) => {
+                    json::object(doc, &id, object_type, None, path.len())?
+                }
                 Value::Scalar(scalar) => json::scalar(&scalar),
             };
             let winner = winner.as_ref() == Some(&id);
@@ -83,7 +85,11 @@ mod tests {
             title,
             vec![
                 Conflict { value: json!("from a"), op_id: format!("4@{aa}"), winner: false },
-                Conflict { value: json!({"text": "from b"}), op_id: format!("4@{bb}"), winner: true },
+                Conflict {
+                    value: json!({"text": "from b"}),
+                    op_id: format!("4@{bb}"),
+                    winner: true
+                },
             ]
         );
         let shown = json::document(doc, None).unwrap();
@@ -99,7 +105,14 @@ mod tests {
         doc.put(ROOT, "a", 1_i64).unwrap();
         let doc = doc.document();
         let one = conflicts(doc, &["a".into()]).unwrap();
-        assert_eq!(one, vec![Conflict { value: json!(1), op_id: format!("1@{}", "01".repeat(16)), winner: true }]);
+        assert_eq!(
+            one,
+            vec![Conflict {
+                value: json!(1),
+                op_id: format!("1@{}", "01".repeat(16)),
+                winner: true
+            }]
+        );
         assert!(conflicts(doc, &["missing".into()]).unwrap().is_empty());
     }
 
@@ -108,7 +121,9 @@ mod tests {
         let mut doc = concurrent();
         let doc = doc.document();
         assert!(matches!(conflicts(doc, &[]), Err(Error::InvalidParameter(_))));
-        for path in [&["nope", "x"][..], &["items", "x"], &["title", "text", "x"], &["items", "0", "x"]] {
+        for path in
+            [&["nope", "x"][..], &["items", "x"], &["title", "text", "x"], &["items", "0", "x"]]
+        {
             let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
             let err = conflicts(doc, &path).unwrap_err();
             assert!(matches!(err, Error::PathNotFound(_)), "{path:?}: {err}");

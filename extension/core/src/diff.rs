@@ -9,7 +9,7 @@
 
 use automerge::marks::MarkSet;
 use automerge::{
-    Automerge, ChangeHash, ObjType, Patch, PatchAction, Prop, TextEncoding, Value, LoadOptions,
+    Automerge, ChangeHash, LoadOptions, ObjType, Patch, PatchAction, Prop, TextEncoding, Value,
 };
 use serde_json::{json, Map, Value as Json};
 
@@ -28,7 +28,11 @@ pub fn load_stored_for_diff(stored: &[u8]) -> Result<Automerge, Error> {
 
 /// The patches that turn the document as of `from` into the document as of `to` (its
 /// current heads when `None`). Either may be earlier: a diff backwards undoes.
-pub fn diff(doc: &Automerge, from: &[ChangeHash], to: Option<&[ChangeHash]>) -> Result<Json, Error> {
+pub fn diff(
+    doc: &Automerge,
+    from: &[ChangeHash],
+    to: Option<&[ChangeHash]>,
+) -> Result<Json, Error> {
     heads::require_known(doc, from)?;
     let to = match to {
         Some(to) => {
@@ -177,8 +181,8 @@ mod tests {
         assert!(cases.len() >= 9, "the fixture lost cases");
         for case in cases {
             let save = hex::decode(case["save"].as_str().unwrap()).unwrap();
-            let stored = crate::document::stored_from_client_bytes(&save, WriteSettings::UNLIMITED)
-                .unwrap();
+            let stored =
+                crate::document::stored_from_client_bytes(&save, WriteSettings::UNLIMITED).unwrap();
             let doc = load_stored_for_diff(&stored).unwrap();
             let (from, to) = (hashes(&case["from"]), hashes(&case["to"]));
             let ours = diff(&doc, &from, Some(&to)).unwrap();

@@ -10,7 +10,11 @@ use crate::rich_text::{self, Block, Kind};
 use crate::Error;
 
 /// The text object at `path` as an HTML fragment.
-pub fn html(doc: &Automerge, path: &[String], heads: Option<&[ChangeHash]>) -> Result<String, Error> {
+pub fn html(
+    doc: &Automerge,
+    path: &[String],
+    heads: Option<&[ChangeHash]>,
+) -> Result<String, Error> {
     Ok(render(&rich_text::blocks(doc, path, heads)?))
 }
 
@@ -116,8 +120,22 @@ mod tests {
     use scraper::{ElementRef, Html, Node};
 
     const ELEMENTS: [&str; 16] = [
-        "p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "pre", "code", "blockquote",
-        "strong", "em", "s",
+        "p",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "ul",
+        "ol",
+        "li",
+        "pre",
+        "code",
+        "blockquote",
+        "strong",
+        "em",
+        "s",
     ];
 
     /// The blocks and marked characters an HTML parser reads from `html`; fails on any
@@ -138,7 +156,8 @@ mod tests {
                 }
                 Node::Text(text) => {
                     let leaf: &mut Leaf = leaves.last_mut().expect("text in a block");
-                    let chars = text.chars().map(|c| -> Char { (c, marks.iter().cloned().collect()) });
+                    let chars =
+                        text.chars().map(|c| -> Char { (c, marks.iter().cloned().collect()) });
                     leaf.chars.extend(chars);
                 }
                 Node::Element(e) => {
@@ -151,7 +170,10 @@ mod tests {
                             let (attribute, href) = attributes[0];
                             assert_eq!(attribute, "href");
                             let scheme = href.split(':').next().unwrap().to_ascii_lowercase();
-                            assert!(["http", "https", "mailto"].contains(&scheme.as_str()), "{html}");
+                            assert!(
+                                ["http", "https", "mailto"].contains(&scheme.as_str()),
+                                "{html}"
+                            );
                             Some(format!("link {href}"))
                         }
                         "br" => {
@@ -165,7 +187,9 @@ mod tests {
                                 "strong" => Some("bold".into()),
                                 "em" => Some("italic".into()),
                                 "s" => Some("strike".into()),
-                                "code" if e.name() == "code" && !in_pre(child) => Some("code".into()),
+                                "code" if e.name() == "code" && !in_pre(child) => {
+                                    Some("code".into())
+                                }
                                 _ => None,
                             }
                         }
@@ -173,13 +197,18 @@ mod tests {
                     let block = match name {
                         "p" if in_blockquote(child) => Some("quote".to_string()),
                         "p" => Some("paragraph".to_string()),
-                        "h1" | "h2" | "h3" | "h4" | "h5" | "h6" => Some(format!("heading {}", &name[1..])),
+                        "h1" | "h2" | "h3" | "h4" | "h5" | "h6" => {
+                            Some(format!("heading {}", &name[1..]))
+                        }
                         "pre" => Some("code".into()),
                         "li" => {
                             let list = child.parent().and_then(ElementRef::wrap).unwrap();
-                            let kind = if list.value().name() == "ol" { "ordered" } else { "unordered" };
+                            let kind =
+                                if list.value().name() == "ol" { "ordered" } else { "unordered" };
                             let depth = child.ancestors().filter(|a| {
-                                a.value().as_element().is_some_and(|e| matches!(e.name(), "ul" | "ol"))
+                                a.value()
+                                    .as_element()
+                                    .is_some_and(|e| matches!(e.name(), "ul" | "ol"))
                             });
                             Some(format!("{kind} {}", depth.count() - 1))
                         }
@@ -217,7 +246,10 @@ mod tests {
     }
 
     fn in_blockquote(element: ElementRef<'_>) -> bool {
-        element.parent().and_then(ElementRef::wrap).is_some_and(|p| p.value().name() == "blockquote")
+        element
+            .parent()
+            .and_then(ElementRef::wrap)
+            .is_some_and(|p| p.value().name() == "blockquote")
     }
 
     fn blocks_of(doc: &mut AutoCommit) -> Vec<Block> {
@@ -231,7 +263,10 @@ mod tests {
         let html = render(&blocks);
         assert_eq!(read_back(&html), expected(&blocks, false), "{html}");
         assert!(!html.contains("<script"), "{html}");
-        assert!(!html.to_lowercase().contains("href=\"javascript") && !html.to_lowercase().contains("href=\" javascript"));
+        assert!(
+            !html.to_lowercase().contains("href=\"javascript")
+                && !html.to_lowercase().contains("href=\" javascript")
+        );
     }
 
     #[test]

@@ -111,11 +111,7 @@ mod tests {
     fn marks_nest_and_whitespace_leaves_their_edges() {
         let bold = Marks { bold: true, ..Marks::default() };
         let both = Marks { bold: true, italic: true, ..Marks::default() };
-        let pieces = pieces(&[
-            run("a ", Marks::default()),
-            run(" b ", bold),
-            run("c\nd", both),
-        ]);
+        let pieces = pieces(&[run("a ", Marks::default()), run(" b ", bold), run("c\nd", both)]);
         use Piece::*;
         assert_eq!(
             pieces,

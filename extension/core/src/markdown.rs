@@ -237,7 +237,8 @@ mod tests {
         for event in Parser::new_ext(markdown, Options::ENABLE_STRIKETHROUGH) {
             let text = |leaves: &mut Vec<Leaf>, text: &str, marks: &[String]| {
                 let leaf = leaves.last_mut().expect("text in a block");
-                leaf.chars.extend(text.chars().map(|c| -> Char { (c, marks.iter().cloned().collect()) }));
+                leaf.chars
+                    .extend(text.chars().map(|c| -> Char { (c, marks.iter().cloned().collect()) }));
             };
             match event {
                 Event::Start(Tag::List(start)) => lists.push(start.is_some()),
@@ -264,7 +265,9 @@ mod tests {
                 Event::Start(Tag::Emphasis) => marks.push("italic".into()),
                 Event::Start(Tag::Strikethrough) => marks.push("strike".into()),
                 Event::Start(Tag::Link { dest_url, .. }) => marks.push(format!("link {dest_url}")),
-                Event::End(TagEnd::Strong | TagEnd::Emphasis | TagEnd::Strikethrough | TagEnd::Link) => {
+                Event::End(
+                    TagEnd::Strong | TagEnd::Emphasis | TagEnd::Strikethrough | TagEnd::Link,
+                ) => {
                     marks.pop();
                 }
                 Event::Text(t) => text(&mut leaves, &t, &marks),
@@ -326,7 +329,11 @@ mod tests {
                 mark(&mut doc, &text, second, true.into(), (4, 18));
                 let blocks = blocks_of(&mut doc);
                 let markdown = render(&blocks);
-                assert_eq!(read_back(&markdown), expected(&blocks, true), "{first} {second}: {markdown}");
+                assert_eq!(
+                    read_back(&markdown),
+                    expected(&blocks, true),
+                    "{first} {second}: {markdown}"
+                );
             }
         }
     }

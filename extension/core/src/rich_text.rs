@@ -145,7 +145,13 @@ pub(crate) mod tests {
     use automerge::{AutoCommit, ObjId, ObjType, ReadDoc, ROOT};
 
     /// A JS-shaped block marker at `index` of `text`.
-    pub fn split_block(doc: &mut AutoCommit, text: &ObjId, index: usize, kind: &str, parents: &[&str]) {
+    pub fn split_block(
+        doc: &mut AutoCommit,
+        text: &ObjId,
+        index: usize,
+        kind: &str,
+        parents: &[&str],
+    ) {
         let block = doc.split_block(text, index).unwrap();
         doc.put(&block, "type", kind).unwrap();
         let list = doc.put_object(&block, "parents", ObjType::List).unwrap();
@@ -158,7 +164,13 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn mark(doc: &mut AutoCommit, text: &ObjId, name: &str, value: ScalarValue, range: (usize, usize)) {
+    pub fn mark(
+        doc: &mut AutoCommit,
+        text: &ObjId,
+        name: &str,
+        value: ScalarValue,
+        range: (usize, usize),
+    ) {
         doc.mark(text, Mark::new(name.into(), value, range.0, range.1), ExpandMark::None).unwrap();
     }
 
@@ -207,7 +219,8 @@ pub(crate) mod tests {
                 Kind::OrderedItem | Kind::UnorderedItem => {
                     let depth = block.depth.min(item_depth.map_or(0, |d| d + 1));
                     item_depth = Some(depth);
-                    let list = if block.kind == Kind::OrderedItem { "ordered" } else { "unordered" };
+                    let list =
+                        if block.kind == Kind::OrderedItem { "ordered" } else { "unordered" };
                     format!("{list} {depth}")
                 }
                 Kind::CodeBlock => "code".to_string(),
@@ -232,7 +245,11 @@ pub(crate) mod tests {
                             chars.extend(text.chars().map(|c| (c, open.iter().cloned().collect())))
                         }
                         Piece::Break => {
-                            let c = if markdown && matches!(block.kind, Kind::Heading(_)) { ' ' } else { '\n' };
+                            let c = if markdown && matches!(block.kind, Kind::Heading(_)) {
+                                ' '
+                            } else {
+                                '\n'
+                            };
                             chars.push((c, Default::default()));
                         }
                     }
@@ -341,7 +358,11 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(blocks[1].kind, Kind::Heading(2));
-        assert_eq!(blocks[1].runs, vec![Run { text: "Title. ".into(), marks: plain }], "no javascript: link");
+        assert_eq!(
+            blocks[1].runs,
+            vec![Run { text: "Title. ".into(), marks: plain }],
+            "no javascript: link"
+        );
         assert_eq!((blocks[2].kind, blocks[2].depth), (Kind::UnorderedItem, 1));
     }
 }

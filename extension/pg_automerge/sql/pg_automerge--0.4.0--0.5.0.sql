@@ -4,7 +4,8 @@
 -- without their bytes, automerge_get_change returns one change by its hash, and
 -- automerge_contains tells whether a merge of a document or of changes would add nothing;
 -- automerge_diff returns what changed between two points of history as the JS client's
--- patches; automerge_conflicts lists every concurrent value at a key or index.
+-- patches; automerge_conflicts lists every concurrent value at a key or index; and
+-- automerge_markdown and automerge_html turn rich text into CommonMark and safe HTML.
 -- The reliability step checks that an upgraded database's catalog equals a fresh install's.
 
 CREATE FUNCTION "automerge_changes_meta"(
@@ -76,3 +77,37 @@ CREATE FUNCTION "automerge_conflicts"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_conflicts_wrapper';
+
+CREATE FUNCTION "automerge_markdown"(
+	"doc" automerge,
+	"path" TEXT[]
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_markdown_wrapper';
+
+CREATE FUNCTION "automerge_markdown"(
+	"doc" automerge,
+	"path" TEXT[],
+	"heads" TEXT[]
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_markdown_at_wrapper';
+
+CREATE FUNCTION "automerge_html"(
+	"doc" automerge,
+	"path" TEXT[]
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_html_wrapper';
+
+CREATE FUNCTION "automerge_html"(
+	"doc" automerge,
+	"path" TEXT[],
+	"heads" TEXT[]
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_html_at_wrapper';

@@ -76,7 +76,8 @@ mod tests {
     fn a_diff_from_unknown_or_malformed_heads_is_refused() {
         with_samples();
         for heads in ["ARRAY[repeat('ab', 32)]", "ARRAY['xyz']"] {
-            let sql = format!("SELECT automerge_diff(doc, {heads}) FROM samples WHERE name = 'project'");
+            let sql =
+                format!("SELECT automerge_diff(doc, {heads}) FROM samples WHERE name = 'project'");
             assert_eq!(sqlstate_of(&sql), "22023", "{sql}");
         }
     }

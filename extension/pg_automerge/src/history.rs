@@ -226,7 +226,8 @@ mod tests {
                USING (hash, actor, seq, start_op, op_count, time, deps) \
              WHERE c.message IS NOT DISTINCT FROM m.message",
         );
-        let all = Spi::get_one::<i64>("SELECT sum(automerge_change_count(doc))::bigint FROM samples");
+        let all =
+            Spi::get_one::<i64>("SELECT sum(automerge_change_count(doc))::bigint FROM samples");
         assert_eq!(matching.unwrap(), all.unwrap());
         let first = sample("project").get_changes(&[])[0].hash().to_string();
         let since = Spi::get_one::<Vec<i64>>(&format!(
@@ -263,9 +264,7 @@ mod tests {
         let first = doc.get_changes(&[])[0].hash().to_string();
         let project = project_sql();
         let contains = |sql: &str| Spi::get_one::<bool>(sql).unwrap().unwrap();
-        let older = format!(
-            "automerge_get_change({project}, '{first}')::automerge"
-        );
+        let older = format!("automerge_get_change({project}, '{first}')::automerge");
         assert!(contains(&format!("SELECT automerge_contains({project}, {project})")));
         assert!(contains(&format!("SELECT automerge_contains({project}, {older})")));
         assert!(!contains(&format!("SELECT automerge_contains({older}, {project})")));
