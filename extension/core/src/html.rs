@@ -114,7 +114,9 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rich_text::tests::{expected, hostile_text, mark, Char, Leaf};
+    use crate::rich_text::tests::{
+        blocks_of, expected, hostile_text, mark, overlapping_marks, Char, Leaf,
+    };
     use automerge::transaction::Transactable;
     use automerge::{AutoCommit, ObjType, ROOT};
     use scraper::{ElementRef, Html, Node};
@@ -252,10 +254,6 @@ mod tests {
             .is_some_and(|p| p.value().name() == "blockquote")
     }
 
-    fn blocks_of(doc: &mut AutoCommit) -> Vec<Block> {
-        rich_text::blocks(doc.document(), &["content".into()], None).unwrap()
-    }
-
     #[test]
     fn hostile_text_reads_back_as_it_was_and_nothing_else() {
         let mut doc = hostile_text();
@@ -271,17 +269,9 @@ mod tests {
 
     #[test]
     fn every_mark_alone_and_together() {
-        for first in ["bold", "italic", "strike", "code"] {
-            for second in ["bold", "italic", "strike", "code"] {
-                let mut doc = AutoCommit::new();
-                let text = doc.put_object(ROOT, "content", ObjType::Text).unwrap();
-                doc.splice_text(&text, 0, 0, "one two three four").unwrap();
-                mark(&mut doc, &text, first, true.into(), (0, 13));
-                mark(&mut doc, &text, second, true.into(), (4, 18));
-                let blocks = blocks_of(&mut doc);
-                let html = render(&blocks);
-                assert_eq!(read_back(&html), expected(&blocks, false), "{first} {second}: {html}");
-            }
+        for (case, blocks) in overlapping_marks() {
+            let html = render(&blocks);
+            assert_eq!(read_back(&html), expected(&blocks, false), "{case}: {html}");
         }
     }
 

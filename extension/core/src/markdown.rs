@@ -221,7 +221,9 @@ fn longest_run(text: &str, of: char) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rich_text::tests::{expected, hostile_text, Char, Leaf};
+    use crate::rich_text::tests::{
+        blocks_of, expected, hostile_text, overlapping_marks, Char, Leaf,
+    };
     use automerge::ReadDoc;
     use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
@@ -291,10 +293,6 @@ mod tests {
         leaves
     }
 
-    fn blocks_of(doc: &mut automerge::AutoCommit) -> Vec<Block> {
-        rich_text::blocks(doc.document(), &["content".into()], None).unwrap()
-    }
-
     #[test]
     fn hostile_text_reads_back_as_it_was() {
         let mut doc = hostile_text();
@@ -315,26 +313,9 @@ mod tests {
 
     #[test]
     fn every_mark_alone_and_together() {
-        use crate::rich_text::tests::mark;
-        use automerge::transaction::Transactable;
-        use automerge::{ObjType, ROOT};
-        let names = ["bold", "italic", "strike", "code"];
-        // Each pair of marks overlapping, in both orders, at word edges.
-        for first in names {
-            for second in names {
-                let mut doc = automerge::AutoCommit::new();
-                let text = doc.put_object(ROOT, "content", ObjType::Text).unwrap();
-                doc.splice_text(&text, 0, 0, "one two three four").unwrap();
-                mark(&mut doc, &text, first, true.into(), (0, 13));
-                mark(&mut doc, &text, second, true.into(), (4, 18));
-                let blocks = blocks_of(&mut doc);
-                let markdown = render(&blocks);
-                assert_eq!(
-                    read_back(&markdown),
-                    expected(&blocks, true),
-                    "{first} {second}: {markdown}"
-                );
-            }
+        for (case, blocks) in overlapping_marks() {
+            let markdown = render(&blocks);
+            assert_eq!(read_back(&markdown), expected(&blocks, true), "{case}: {markdown}");
         }
     }
 

@@ -174,6 +174,28 @@ pub(crate) mod tests {
         doc.mark(text, Mark::new(name.into(), value, range.0, range.1), ExpandMark::None).unwrap();
     }
 
+    /// The blocks of the text at `content`.
+    pub fn blocks_of(doc: &mut AutoCommit) -> Vec<Block> {
+        blocks(doc.document(), &["content".into()], None).unwrap()
+    }
+
+    /// Each pair of marks overlapping, in both orders, at word edges: the blocks of each.
+    pub fn overlapping_marks() -> Vec<(String, Vec<Block>)> {
+        let names = ["bold", "italic", "strike", "code"];
+        let mut cases = Vec::new();
+        for first in names {
+            for second in names {
+                let mut doc = AutoCommit::new();
+                let text = doc.put_object(ROOT, "content", ObjType::Text).unwrap();
+                doc.splice_text(&text, 0, 0, "one two three four").unwrap();
+                mark(&mut doc, &text, first, true.into(), (0, 13));
+                mark(&mut doc, &text, second, true.into(), (4, 18));
+                cases.push((format!("{first} over {second}"), blocks_of(&mut doc)));
+            }
+        }
+        cases
+    }
+
     /// A character and the marks over it (`bold`, `italic`, `strike`, `code`, `link <url>`).
     pub type Char = (char, std::collections::BTreeSet<String>);
 

@@ -12,16 +12,18 @@ const FUNCTION: &str = "automerge_html";
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_html(doc: StoredDoc<'_>, path: Vec<String>) -> String {
-    let loaded = stored::load(&doc, FUNCTION);
-    html::html(&loaded, &path, None).or_raise(FUNCTION)
+    render(&doc, &path, None)
 }
 
 /// The HTML as it was when the document's heads were `heads`.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_html")]
 fn automerge_html_at(doc: StoredDoc<'_>, path: Vec<String>, heads: Vec<String>) -> String {
-    let loaded = stored::load(&doc, FUNCTION);
-    let heads = stored::known_heads(&loaded, &heads, FUNCTION);
-    html::html(&loaded, &path, Some(&heads)).or_raise(FUNCTION)
+    render(&doc, &path, Some(&heads))
+}
+
+fn render(doc: &StoredDoc<'_>, path: &[String], heads: Option<&[String]>) -> String {
+    let (loaded, heads) = stored::load_at(doc, heads, FUNCTION);
+    html::html(&loaded, path, heads.as_deref()).or_raise(FUNCTION)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

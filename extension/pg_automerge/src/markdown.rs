@@ -12,16 +12,18 @@ const FUNCTION: &str = "automerge_markdown";
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_markdown(doc: StoredDoc<'_>, path: Vec<String>) -> String {
-    let loaded = stored::load(&doc, FUNCTION);
-    markdown::markdown(&loaded, &path, None).or_raise(FUNCTION)
+    render(&doc, &path, None)
 }
 
 /// The Markdown as it was when the document's heads were `heads`.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_markdown")]
 fn automerge_markdown_at(doc: StoredDoc<'_>, path: Vec<String>, heads: Vec<String>) -> String {
-    let loaded = stored::load(&doc, FUNCTION);
-    let heads = stored::known_heads(&loaded, &heads, FUNCTION);
-    markdown::markdown(&loaded, &path, Some(&heads)).or_raise(FUNCTION)
+    render(&doc, &path, Some(&heads))
+}
+
+fn render(doc: &StoredDoc<'_>, path: &[String], heads: Option<&[String]>) -> String {
+    let (loaded, heads) = stored::load_at(doc, heads, FUNCTION);
+    markdown::markdown(&loaded, path, heads.as_deref()).or_raise(FUNCTION)
 }
 
 #[cfg(any(test, feature = "pg_test"))]
