@@ -115,7 +115,7 @@ fn escape(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::rich_text::tests::{
-        blocks_of, expected, hostile_text, mark, overlapping_marks, Char, Leaf,
+        blocks_of, expected, hostile_text, overlapping_marks, Char, Leaf,
     };
     use automerge::transaction::Transactable;
     use automerge::{AutoCommit, ObjType, ROOT};
