@@ -1,7 +1,7 @@
 //! Core level, no Postgres: what `pg_automerge_core` does for each SQL function, against the
 //! automerge crate doing the same work from the same bytes. Peak heap is recorded beside.
 
-use automerge::{Automerge, ReadDoc, ROOT};
+use automerge::{Automerge, ChangeHash, ReadDoc, ROOT};
 use benches::{
     configure, criterion, fixtures, forks, record_peak, selected, Author, Fixture, AUTOMERGE, OURS,
 };
@@ -11,7 +11,9 @@ use pg_automerge_core::document::{
     load_stored, stored_from_client_bytes, to_stored, WriteSettings,
 };
 use pg_automerge_core::memory::CountingAllocator;
-use pg_automerge_core::{history, integrity, json, spans, writes};
+use pg_automerge_core::{
+    conflicts, diff, history, html, integrity, json, markdown, spans, writes, Error,
+};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -111,6 +113,72 @@ fn benches(c: &mut Criterion) {
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes(&[]).len()),
     );
+    // Issue 19's reads, each from a change half-way through the history.
+    let middle = |f: &Fixture| -> (Vec<u8>, Vec<u8>, ChangeHash) {
+        let changes = Automerge::load(&f.save)
+            .unwrap()
+            .get_changes_meta(&[])
+            .into_iter()
+            .map(|change| change.hash)
+            .collect::<Vec<_>>();
+        (stored(f), f.save.clone(), changes[changes.len() / 2])
+    };
+    compare(
+        c,
+        "changes meta",
+        &histories,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| {
+            Box::new(history::changes_meta(&load_stored(stored).unwrap(), None).unwrap().len())
+        },
+        |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes_meta(&[]).len()),
+    );
+    compare(
+        c,
+        "get change",
+        &histories,
+        middle,
+        |(stored, _, hash)| Box::new(history::change(&load_stored(stored).unwrap(), hash).unwrap()),
+        |(_, save, hash)| Box::new(Automerge::load(save).unwrap().get_change_by_hash(hash)),
+    );
+    compare(
+        c,
+        "contains an earlier version",
+        &histories,
+        middle,
+        |(stored, _, hash)| {
+            Box::new(history::contains_document(&stored.as_slice(), &[*hash]).unwrap())
+        },
+        |(_, save, hash)| {
+            Box::new(Automerge::load(save).unwrap().get_change_by_hash(hash).is_some())
+        },
+    );
+    compare(
+        c,
+        "diff from half-way",
+        &histories,
+        middle,
+        |(stored, _, hash)| {
+            let doc = diff::load_stored_for_diff(stored).unwrap();
+            Box::new(diff::diff(&doc, &[*hash], None).unwrap())
+        },
+        |(_, save, hash)| {
+            let doc = Automerge::load(save).unwrap();
+            Box::new(doc.diff(&[*hash], &doc.get_heads()).len())
+        },
+    );
+    compare(
+        c,
+        "conflicts",
+        &histories,
+        |f| (stored(f), f.save.clone()),
+        |(stored, _)| {
+            Box::new(
+                conflicts::conflicts(&load_stored(stored).unwrap(), &["title".into()]).unwrap(),
+            )
+        },
+        |(_, save)| Box::new(Automerge::load(save).unwrap().get_all(ROOT, "title").unwrap().len()),
+    );
     compare(
         c,
         "spans",
@@ -127,6 +195,24 @@ fn benches(c: &mut Criterion) {
             Box::new(doc.spans(text).unwrap().count())
         },
     );
+    // The renderings walk the spans as `spans` does; the automerge variant is that walk.
+    type Render = fn(&Automerge, &[String], Option<&[ChangeHash]>) -> Result<String, Error>;
+    for (group, render) in [("markdown", markdown::markdown as Render), ("html", html::html)] {
+        compare(
+            c,
+            group,
+            &only(&histories, |f| f.spec.kind != Kind::MapList),
+            |f| (stored(f), f.save.clone()),
+            |(stored, _)| {
+                Box::new(render(&load_stored(stored).unwrap(), &["content".into()], None).unwrap())
+            },
+            |(_, save)| {
+                let doc = Automerge::load(save).unwrap();
+                let text = doc.get(ROOT, "content").unwrap().unwrap().1;
+                Box::new(doc.spans(text).unwrap().count())
+            },
+        );
+    }
     compare(
         c,
         "upsert full save",

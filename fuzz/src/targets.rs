@@ -212,7 +212,7 @@ fn reads(report: &mut Report, stored: &[u8]) {
     let picked = [changes.first(), changes.get(changes.len() / 2), changes.last()];
     for change in picked.into_iter().flatten() {
         let Some(at) =
-            report.call("heads::parse", || heads::parse(std::slice::from_ref(&change.hash)))
+            report.call("heads::parse", || heads::parse(std::slice::from_ref(&change.meta.hash)))
         else {
             continue;
         };

@@ -65,7 +65,8 @@ pub enum TestStep {
     Core,
     /// a bounded fuzzing run
     Fuzz,
-    /// @automerge/automerge loads a sample of the values the core tests accepted
+    /// @automerge/automerge loads a sample of the values the core tests accepted, and makes
+    /// the diffs that automerge_diff is tested against
     Node,
     /// the load estimate against measured peaks, release build
     Estimate,

@@ -89,6 +89,15 @@ impl TestFlags {
                 summary.push(format!("Node.js: accepted samples {samples}"));
                 total += samples;
             }
+            // The JS library's diffs that the core tests compare automerge_diff's patches with.
+            if let Some(diffs) =
+                step("Node.js: @automerge/automerge's diffs match fixtures/js/diffs.json", || {
+                    node_diff_fixtures_are_current(sh)
+                })?
+            {
+                summary.push(format!("Node.js: diff fixtures {diffs}"));
+                total += diffs;
+            }
         }
 
         if runs(TestStep::Estimate) {
@@ -254,6 +263,29 @@ fn node_loads_accepted_samples(sh: &Shell) -> Result<Option<Counts>> {
     let _dir = sh.push_dir("examples/node-client");
     let passed = cmd!(sh, "node load-samples.mjs {samples}").run().is_ok();
     Ok(Some(Counts { passed: usize::from(passed), failed: usize::from(!passed) }))
+}
+
+/// Makes the diff fixtures again with `@automerge/automerge` (examples/node-client/
+/// diff-fixtures.mjs) and compares them with the committed fixtures/js/diffs.json, which
+/// the core tests hold `automerge_diff`'s patches to: one pass, or a failure that says to
+/// regenerate them. `None` without Node.js.
+fn node_diff_fixtures_are_current(sh: &Shell) -> Result<Option<Counts>> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note("Node.js is not installed: the diff fixtures are not made again in JS");
+        return Ok(None);
+    }
+    let committed = std::fs::read_to_string(project_root().join("fixtures/js/diffs.json"))?;
+    let _dir = sh.push_dir("examples/node-client");
+    let made = cmd!(sh, "node diff-fixtures.mjs").read()?;
+    let current = made.trim_end() == committed.trim_end();
+    if !current {
+        note(
+            "fixtures/js/diffs.json differs from what @automerge/automerge makes now: run \
+             `node diff-fixtures.mjs > ../../fixtures/js/diffs.json` in examples/node-client \
+             and review the change",
+        );
+    }
+    Ok(Some(Counts { passed: usize::from(current), failed: usize::from(!current) }))
 }
 
 /// Installs examples/node-client's npm dependencies as package-lock.json pins them (a few

@@ -63,14 +63,60 @@ fn history() {
         "SELECT automerge_save_since(doc, '{}') FROM sample_documents WHERE name = 'meeting-notes';",
     );
     snapshot(
+        "changes_meta",
+        "SELECT * FROM automerge_changes_meta((SELECT doc FROM sample_documents WHERE name = 'meeting-notes'));",
+    );
+    snapshot(
+        "get_change",
+        "SELECT seq, automerge_get_change(doc, hash) = bytes AS same_bytes, \
+         automerge_get_change(doc, repeat('ab', 32)) IS NULL AS unknown_is_null \
+         FROM sample_documents, automerge_changes(doc) WHERE name = 'project' ORDER BY seq;",
+    );
+    snapshot(
+        "contains",
+        "SELECT a.name, b.name AS other, automerge_contains(a.doc, b.doc) AS contains_doc, \
+         automerge_contains(a.doc, b.doc::bytea) AS contains_bytes \
+         FROM sample_documents a, sample_documents b \
+         WHERE a.name IN ('empty', 'project') AND b.name IN ('empty', 'project') ORDER BY 1, 2;",
+    );
+    snapshot(
         "unknown_heads",
         "SELECT automerge_save_since(doc, ARRAY[repeat('ab', 32)]) FROM sample_documents WHERE name = 'project';",
     );
 }
 
 #[test]
+fn diff_and_conflicts() {
+    snapshot("diff", "SELECT name, automerge_diff(doc, '{}') FROM sample_documents ORDER BY name;");
+    snapshot(
+        "diff_backwards",
+        "SELECT automerge_diff(doc, automerge_heads(doc), ARRAY[(SELECT hash FROM automerge_changes_meta(doc) WHERE seq = 1)]) \
+         FROM sample_documents WHERE name = 'project';",
+    );
+    snapshot(
+        "diff_unknown_heads",
+        "SELECT automerge_diff(doc, ARRAY[repeat('ab', 32)]) FROM sample_documents WHERE name = 'project';",
+    );
+    snapshot(
+        "conflicts",
+        "SELECT c.* FROM sample_documents a, sample_documents b, automerge_conflicts(a.doc || b.doc, '{title}') c \
+         WHERE a.name = 'project' AND b.name = 'todo-list';",
+    );
+    snapshot(
+        "conflicts_path_to_nothing",
+        "SELECT * FROM automerge_conflicts((SELECT doc FROM sample_documents WHERE name = 'project'), '{missing,key}');",
+    );
+}
+
+#[test]
 fn spans() {
     snapshot("spans", "SELECT automerge_spans(doc, '{content}') FROM sample_documents WHERE name = 'meeting-notes';");
+    snapshot("markdown", "SELECT automerge_markdown(doc, '{content}') FROM sample_documents WHERE name = 'meeting-notes';");
+    snapshot("html", "SELECT automerge_html(doc, '{content}') FROM sample_documents WHERE name = 'meeting-notes';");
+    snapshot(
+        "html_not_text",
+        "SELECT automerge_html(doc, '{title}') FROM sample_documents WHERE name = 'meeting-notes';",
+    );
     snapshot("spans_not_text", "SELECT automerge_spans(doc, '{title}') FROM sample_documents WHERE name = 'meeting-notes';");
 }
 

@@ -261,8 +261,17 @@ pub fn client_bytes(stored: &[u8]) -> Result<&[u8], Error> {
 /// load again are refused here, instead of being saved into something no load accepts
 /// (`automerge_repair` mends them).
 pub fn load_stored(stored: &[u8]) -> Result<Automerge, Error> {
+    load_stored_with(stored, Automerge::load)
+}
+
+/// [`load_stored`] with the save loaded by `loader`, such as one that counts text
+/// positions in another unit.
+pub(crate) fn load_stored_with(
+    stored: &[u8],
+    loader: fn(&[u8]) -> Result<Automerge, automerge::AutomergeError>,
+) -> Result<Automerge, Error> {
     let (save, appended) = split_save(format::decode(stored)?.payload);
-    let mut doc = load_saved(save, Automerge::load)?;
+    let mut doc = load_saved(save, loader)?;
     writes::apply_to(&mut doc, appended).map_err(|err| match err {
         Error::BreaksLoadRule(broken) => {
             Error::CorruptStoredValue(format!("an appended change breaks a loader rule: {broken}"))

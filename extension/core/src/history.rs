@@ -1,13 +1,16 @@
-//! A document's history: its changes, and what a client needs to catch up.
+//! A document's history: its changes, whether it contains others, and what a client needs
+//! to catch up.
 
-use automerge::{Automerge, ChangeHash};
+use automerge::{Automerge, ChangeHash, ReadDoc};
 
+use crate::document::{self, LoadLimit};
+use crate::format::Prefix;
 use crate::guard::no_panic;
-use crate::{heads, Error};
+use crate::{estimate, heads, writes, Error};
 
-/// One change, as `automerge_changes` lists it.
+/// What a change says about itself, as `automerge_changes_meta` lists it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChangeInfo {
+pub struct ChangeMeta {
     pub hash: String,
     pub actor: String,
     pub seq: u64,
@@ -17,6 +20,12 @@ pub struct ChangeInfo {
     pub time_ms: i64,
     pub message: Option<String>,
     pub deps: Vec<String>,
+}
+
+/// One change, as `automerge_changes` lists it: its metadata and its bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeInfo {
+    pub meta: ChangeMeta,
     pub bytes: Vec<u8>,
 }
 
@@ -31,17 +40,81 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
             crate::interrupts::check();
         })
         .map(|change| ChangeInfo {
-            hash: change.hash().to_string(),
-            actor: change.actor_id().to_hex_string(),
-            seq: change.seq(),
-            start_op: change.start_op().get(),
-            op_count: change.len() as u64,
-            time_ms: change.timestamp(),
-            message: change.message().map(str::to_string),
-            deps: heads::to_hex(change.deps()),
+            meta: ChangeMeta {
+                hash: change.hash().to_string(),
+                actor: change.actor_id().to_hex_string(),
+                seq: change.seq(),
+                start_op: change.start_op().get(),
+                op_count: change.len() as u64,
+                time_ms: change.timestamp(),
+                message: change.message().map(str::to_string),
+                deps: heads::to_hex(change.deps()),
+            },
             bytes: change.raw_bytes().to_vec(),
         })
         .collect())
+}
+
+/// The metadata of the changes [`changes`] lists, in the same order, without building each
+/// change's bytes.
+pub fn changes_meta(
+    doc: &Automerge,
+    since: Option<&[ChangeHash]>,
+) -> Result<Vec<ChangeMeta>, Error> {
+    let since = since.unwrap_or(&[]);
+    heads::require_known(doc, since)?;
+    let changes = no_panic(|| doc.get_changes_meta(since)).map_err(Error::CorruptStoredValue)?;
+    Ok(changes
+        .into_iter()
+        .inspect(|_change| {
+            crate::interrupts::check();
+        })
+        .map(|change| ChangeMeta {
+            hash: change.hash.to_string(),
+            actor: change.actor.to_hex_string(),
+            seq: change.seq,
+            start_op: change.start_op,
+            op_count: (change.max_op + 1).saturating_sub(change.start_op),
+            time_ms: change.timestamp,
+            message: change.message.map(|m| m.into_owned()),
+            deps: heads::to_hex(&change.deps),
+        })
+        .collect())
+}
+
+/// The bytes of the change `hash`, when `doc` has it.
+pub fn change(doc: &Automerge, hash: &ChangeHash) -> Result<Option<Vec<u8>>, Error> {
+    no_panic(|| doc.get_change_by_hash(hash).map(|change| change.raw_bytes().to_vec()))
+        .map_err(Error::CorruptStoredValue)
+}
+
+/// Whether merging the stored document `other`, whose heads are `other_heads`, into the
+/// stored `doc` would add nothing: from `doc`'s header when it answers, else from a load of
+/// `doc` alone (a document's heads name its whole history).
+pub fn contains_document<'a>(
+    doc: &impl Prefix<'a>,
+    other_heads: &[ChangeHash],
+) -> Result<bool, Error> {
+    document::has_changes(doc, other_heads)
+}
+
+/// Whether applying the Automerge bytes `incoming` (changes, an incremental save, a save) to
+/// the stored `doc` would add nothing. Change chunks are read for their hashes without a
+/// load; anything else is loaded as client input, within `limit`, for its heads. `doc` is
+/// then asked as [`contains_document`] asks it.
+pub fn contains_changes<'a>(
+    doc: &impl Prefix<'a>,
+    incoming: &[u8],
+    limit: LoadLimit,
+) -> Result<bool, Error> {
+    let hashes = match writes::parse_changes(incoming) {
+        Some(changes) => changes.iter().map(|change| change.hash()).collect(),
+        None => {
+            limit.check(&estimate::estimate_client_bytes(incoming)?)?;
+            document::load_client_bytes(incoming)?.get_heads()
+        }
+    };
+    document::has_changes(doc, &hashes)
 }
 
 /// The bytes a client that has `since` needs to catch up: the changes it lacks, as an
@@ -56,6 +129,8 @@ mod tests {
     use super::*;
     use automerge::transaction::{CommitOptions, Transactable};
     use automerge::{ActorId, AutoCommit, ROOT};
+
+    use crate::document::{to_stored, WriteSettings};
 
     fn two_changes() -> (AutoCommit, Vec<ChangeHash>) {
         let mut doc = AutoCommit::new().with_actor(ActorId::from([9; 16]));
@@ -72,17 +147,89 @@ mod tests {
         let (mut doc, first) = two_changes();
         let all = changes(doc.document(), None).unwrap();
         assert_eq!(all.len(), 2);
-        assert_eq!(all[0].hash, first[0].to_string());
-        assert_eq!(all[0].actor, "09".repeat(16));
-        assert_eq!((all[0].seq, all[0].start_op, all[0].op_count), (1, 1, 1));
-        assert_eq!(all[0].message.as_deref(), Some("first"));
-        assert_eq!(all[0].time_ms, 1000);
-        assert!(all[0].deps.is_empty());
-        assert_eq!(all[1].deps, vec![all[0].hash.clone()]);
-        assert_eq!((all[1].seq, all[1].start_op), (2, 2));
+        let (one, two) = (&all[0].meta, &all[1].meta);
+        assert_eq!(one.hash, first[0].to_string());
+        assert_eq!(one.actor, "09".repeat(16));
+        assert_eq!((one.seq, one.start_op, one.op_count), (1, 1, 1));
+        assert_eq!(one.message.as_deref(), Some("first"));
+        assert_eq!(one.time_ms, 1000);
+        assert!(one.deps.is_empty());
+        assert_eq!(two.deps, vec![one.hash.clone()]);
+        assert_eq!((two.seq, two.start_op), (2, 2));
+        assert_eq!(all[0].bytes, doc.get_changes(&[])[0].raw_bytes());
 
         let since = changes(doc.document(), Some(&first)).unwrap();
         assert_eq!(since, all[1..].to_vec());
+    }
+
+    #[test]
+    fn metadata_alone_is_what_the_changes_say() {
+        let (mut doc, first) = two_changes();
+        // Two operations in one change, then an empty change: its op count is 0.
+        let mut with_more = doc.clone();
+        with_more.put(ROOT, "c", 3_i64).unwrap();
+        with_more.put(ROOT, "d", 4_i64).unwrap();
+        with_more.commit_with(CommitOptions::default().with_time(3000).with_message("two ops"));
+        with_more.empty_change(CommitOptions::default().with_time(4000));
+        let full: Vec<ChangeMeta> =
+            changes(with_more.document(), None).unwrap().into_iter().map(|c| c.meta).collect();
+        assert_eq!(changes_meta(with_more.document(), None).unwrap(), full);
+        assert_eq!(full[2].op_count, 2);
+        assert_eq!(full[3].op_count, 0);
+        let since = changes_meta(with_more.document(), Some(&first)).unwrap();
+        assert_eq!(since, full[1..].to_vec());
+        let unknown = [ChangeHash([1; 32])];
+        assert!(matches!(
+            changes_meta(doc.document(), Some(&unknown)),
+            Err(Error::UnknownHeads(_))
+        ));
+    }
+
+    #[test]
+    fn one_change_by_its_hash() {
+        let (mut doc, first) = two_changes();
+        let bytes = change(doc.document(), &first[0]).unwrap().unwrap();
+        assert_eq!(bytes, doc.get_changes(&[])[0].raw_bytes());
+        assert_eq!(change(doc.document(), &ChangeHash([1; 32])).unwrap(), None);
+    }
+
+    #[test]
+    fn contains_what_a_merge_would_not_add() {
+        let (mut doc, first) = two_changes();
+        let stored = |doc: &Automerge| to_stored(doc, WriteSettings::UNLIMITED).unwrap();
+        let (whole, older) =
+            (stored(doc.document()), stored(&doc.document().fork_at(&first).unwrap()));
+        let mut other = AutoCommit::new().with_actor(ActorId::from([5; 16]));
+        other.put(ROOT, "x", 1_i64).unwrap();
+        let unrelated = stored(other.document());
+        let (whole, older, unrelated) = (&whole[..], &older[..], &unrelated[..]);
+        let heads = |stored: &[u8]| crate::format::decode(stored).unwrap().summary.heads;
+
+        assert!(contains_document(&whole, &heads(older)).unwrap(), "an ancestor");
+        assert!(contains_document(&whole, &heads(whole)).unwrap(), "itself");
+        assert!(!contains_document(&older, &heads(whole)).unwrap(), "a descendant");
+        assert!(!contains_document(&whole, &heads(unrelated)).unwrap());
+        assert!(contains_document(&whole, &[]).unwrap(), "the empty document");
+
+        let no_limit = LoadLimit::NONE;
+        let second_change = doc.get_changes(&first)[0].raw_bytes().to_vec();
+        assert!(contains_changes(&whole, &second_change, no_limit).unwrap());
+        assert!(!contains_changes(&older, &second_change, no_limit).unwrap());
+        assert!(contains_changes(&whole, &doc.save(), no_limit).unwrap(), "a save");
+        assert!(!contains_changes(&whole, &other.save(), no_limit).unwrap());
+        assert!(contains_changes(&whole, &[], no_limit).unwrap(), "nothing");
+        // Changes are read for their hashes without a load, so no limit applies to them; a
+        // save is loaded within it.
+        let nothing = LoadLimit(Some(0));
+        assert!(contains_changes(&whole, &second_change, nothing).unwrap());
+        assert!(matches!(
+            contains_changes(&whole, &doc.save(), nothing),
+            Err(Error::LoadTooLarge { .. })
+        ));
+        assert!(matches!(
+            contains_changes(&whole, b"not automerge", no_limit),
+            Err(Error::NotAutomerge(_))
+        ));
     }
 
     #[test]

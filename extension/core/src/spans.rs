@@ -15,6 +15,16 @@ pub fn spans(
     path: &[String],
     heads: Option<&[ChangeHash]>,
 ) -> Result<Json, Error> {
+    Ok(Json::Array(read(doc, path, heads)?.into_iter().map(span_json).collect()))
+}
+
+/// The spans of the text object at `path`, as Automerge gives them; for [`spans`] and the
+/// renderings of rich text.
+pub(crate) fn read(
+    doc: &Automerge,
+    path: &[String],
+    heads: Option<&[ChangeHash]>,
+) -> Result<Vec<Span>, Error> {
     let text = text_object(doc, path, heads)?;
     check_blocks(doc, &text, heads, path.len())?;
     let spans = match heads {
@@ -22,14 +32,11 @@ pub fn spans(
         None => doc.spans(&text),
     }
     .map_err(|err| Error::InvalidParameter(err.to_string()))?;
-    Ok(Json::Array(
-        spans
-            .map(|span| {
-                crate::interrupts::check();
-                span_json(span)
-            })
-            .collect(),
-    ))
+    Ok(spans
+        .inspect(|_span| {
+            crate::interrupts::check();
+        })
+        .collect())
 }
 
 fn span_json(span: Span) -> Json {
@@ -82,41 +89,49 @@ fn text_object(
     path: &[String],
     heads: Option<&[ChangeHash]>,
 ) -> Result<ObjId, Error> {
-    let mut object = ROOT;
-    let mut object_type = ObjType::Map;
-    for (depth, segment) in path.iter().enumerate() {
-        let shown = || format!("{{{}}}", path[..=depth].join(","));
-        let found = match object_type {
-            ObjType::Map | ObjType::Table => get(doc, &object, segment.as_str(), heads),
-            ObjType::List | ObjType::Text => match segment.parse::<usize>() {
-                Ok(index) => get(doc, &object, index, heads),
-                Err(_) => return Err(Error::PathNotFound(shown())),
-            },
-        };
-        match found {
-            Some((Value::Object(next_type), id)) => {
-                object = id;
-                object_type = next_type;
-            }
-            Some((Value::Scalar(_), _)) if depth + 1 == path.len() => {
-                return Err(Error::NotText { path: shown(), found: "a scalar value".into() });
-            }
-            _ => return Err(Error::PathNotFound(shown())),
-        }
-    }
-    match object_type {
-        ObjType::Text => Ok(object),
-        other => Err(Error::NotText {
-            path: format!("{{{}}}", path.join(",")),
-            found: format!("a {other}"),
-        }),
+    let not_text = |found: String| Error::NotText { path: shown(path), found };
+    match walk(doc, path, heads)? {
+        (Value::Object(ObjType::Text), object) => Ok(object),
+        (Value::Object(other), _) => Err(not_text(format!("a {other}"))),
+        (Value::Scalar(_), _) => Err(not_text("a scalar value".into())),
     }
 }
 
-fn get<'a, P: Into<automerge::Prop>>(
+/// A path as messages show it: `{content,0}`.
+pub(crate) fn shown(path: &[String]) -> String {
+    format!("{{{}}}", path.join(","))
+}
+
+/// Follows `path` (map keys, and list indexes as decimal strings) from the root, as of
+/// `heads` or now, to what it leads to: an object, or a scalar at its last segment.
+pub(crate) fn walk<'a>(
+    doc: &'a Automerge,
+    path: &[String],
+    heads: Option<&[ChangeHash]>,
+) -> Result<(Value<'a>, ObjId), Error> {
+    let mut found = (Value::Object(ObjType::Map), ROOT);
+    for (depth, segment) in path.iter().enumerate() {
+        let not_found = || Error::PathNotFound(shown(&path[..=depth]));
+        let (Value::Object(object_type), object) = &found else { return Err(not_found()) };
+        let prop = prop(*object_type, segment).ok_or_else(not_found)?;
+        found = get(doc, object, prop, heads).ok_or_else(not_found)?;
+    }
+    Ok(found)
+}
+
+/// The property `segment` names in an object of `object_type`: a key in a map, an index in
+/// a list or text.
+pub(crate) fn prop(object_type: ObjType, segment: &str) -> Option<automerge::Prop> {
+    match object_type {
+        ObjType::Map | ObjType::Table => Some(automerge::Prop::Map(segment.to_string())),
+        ObjType::List | ObjType::Text => segment.parse::<usize>().ok().map(automerge::Prop::Seq),
+    }
+}
+
+fn get<'a>(
     doc: &'a Automerge,
     object: &ObjId,
-    prop: P,
+    prop: automerge::Prop,
     heads: Option<&[ChangeHash]>,
 ) -> Option<(Value<'a>, ObjId)> {
     match heads {

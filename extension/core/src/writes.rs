@@ -299,7 +299,7 @@ fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bo
 }
 
 /// The changes in `bytes`, when they are nothing but well-formed change chunks.
-fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
+pub(crate) fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
     chunk::chunks(bytes)
         .map(|chunk| {
             let (chunk_type, chunk) = chunk.ok()?;

@@ -1,5 +1,6 @@
 //! History: heads and change count (read from the stored header, without loading), whether
-//! the document has given changes, the changes themselves, and the bytes a client needs to
+//! the document has given changes or contains another document or changes, the changes
+//! themselves or their metadata, one change by its hash, and the bytes a client needs to
 //! catch up.
 
 use pg_automerge_core::{heads, history};
@@ -61,18 +62,77 @@ fn automerge_changes(
     let since = since.map(|texts| stored::parse_heads(&texts, FUNCTION));
     let changes = history::changes(&loaded, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|c| {
-        let micros = c.time_ms.saturating_sub(POSTGRES_EPOCH_MS).saturating_mul(1000);
-        // A client's clock can say anything: times outside Postgres' range are infinite.
-        let time = TimestampWithTimeZone::try_from(micros).unwrap_or_else(|_| {
-            if micros < 0 {
-                TimestampWithTimeZone::negative_infinity()
-            } else {
-                TimestampWithTimeZone::positive_infinity()
-            }
-        });
-        let (seq, start_op, op_count) = (c.seq as i64, c.start_op as i64, c.op_count as i64);
-        (c.hash, c.actor, seq, start_op, op_count, time, c.message, c.deps, c.bytes)
+        let (m, bytes) = (c.meta, c.bytes);
+        let (seq, start_op, op_count) = (m.seq as i64, m.start_op as i64, m.op_count as i64);
+        (m.hash, m.actor, seq, start_op, op_count, timestamp(m.time_ms), m.message, m.deps, bytes)
     }))
+}
+
+/// What [`automerge_changes`] lists, without each change's bytes.
+#[allow(clippy::type_complexity)]
+#[pg_extern(immutable, parallel_safe)]
+fn automerge_changes_meta(
+    doc: Option<StoredDoc<'_>>,
+    since: default!(Option<Vec<String>>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(hash, String),
+        name!(actor, String),
+        name!(seq, i64),
+        name!(start_op, i64),
+        name!(op_count, i64),
+        name!(time, TimestampWithTimeZone),
+        name!(message, Option<String>),
+        name!(deps, Vec<String>),
+    ),
+> {
+    const FUNCTION: &str = "automerge_changes_meta";
+    let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
+    let loaded = stored::load(&doc, FUNCTION);
+    let since = since.map(|texts| stored::parse_heads(&texts, FUNCTION));
+    let changes = history::changes_meta(&loaded, since.as_deref()).or_raise(FUNCTION);
+    TableIterator::new(changes.into_iter().map(|m| {
+        let (seq, start_op, op_count) = (m.seq as i64, m.start_op as i64, m.op_count as i64);
+        (m.hash, m.actor, seq, start_op, op_count, timestamp(m.time_ms), m.message, m.deps)
+    }))
+}
+
+/// A change's time, from milliseconds since the Unix epoch. A client's clock can say
+/// anything: times outside Postgres' range are infinite.
+fn timestamp(time_ms: i64) -> TimestampWithTimeZone {
+    let micros = time_ms.saturating_sub(POSTGRES_EPOCH_MS).saturating_mul(1000);
+    TimestampWithTimeZone::try_from(micros).unwrap_or_else(|_| {
+        if micros < 0 {
+            TimestampWithTimeZone::negative_infinity()
+        } else {
+            TimestampWithTimeZone::positive_infinity()
+        }
+    })
+}
+
+/// The bytes of the change `hash`, or NULL when the document does not have it.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_get_change(doc: StoredDoc<'_>, hash: String) -> Option<Vec<u8>> {
+    const FUNCTION: &str = "automerge_get_change";
+    let hash = stored::parse_heads(std::slice::from_ref(&hash), FUNCTION);
+    let loaded = stored::load(&doc, FUNCTION);
+    history::change(&loaded, &hash[0]).or_raise(FUNCTION)
+}
+
+/// Whether merging `other` into `doc` would add nothing: `other`'s header alone is read, and
+/// `doc`'s header answers when `other`'s heads are among its heads or actors' latest changes.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_contains(doc: LazyDoc<'_>, other: DocHeader<'_>) -> bool {
+    history::contains_document(&doc, &other.summary.heads).or_raise("automerge_contains")
+}
+
+/// Whether applying the Automerge bytes `changes` to `doc` (`doc || changes`) would add
+/// nothing.
+#[pg_extern(immutable, strict, parallel_safe, name = "automerge_contains")]
+fn automerge_contains_changes(doc: LazyDoc<'_>, changes: &[u8]) -> bool {
+    history::contains_changes(&doc, changes, crate::memory::load_limit())
+        .or_raise("automerge_contains")
 }
 
 /// What a client whose heads are `since` loads (`loadIncremental`) to catch up.
@@ -90,7 +150,7 @@ mod tests {
     use automerge::Automerge;
     use pgrx::prelude::*;
 
-    use crate::test_support::{hex_of, sample, sqlstate_of};
+    use crate::test_support::{hex_of, sample, sqlstate_of, with_samples};
 
     fn project_sql() -> String {
         format!("'{}'::automerge", hex_of(&sample("project").save()))
@@ -156,6 +216,70 @@ mod tests {
         client.load_incremental(doc.get_changes(&[])[0].raw_bytes()).unwrap();
         client.load_incremental(&catch_up).unwrap();
         assert_eq!(client.get_heads(), doc.get_heads());
+    }
+
+    #[pg_test]
+    fn metadata_is_what_automerge_changes_lists_without_the_bytes() {
+        with_samples();
+        let matching = Spi::get_one::<i64>(
+            "SELECT count(*) FROM samples s, automerge_changes(s.doc) c \
+             JOIN automerge_changes_meta(s.doc) m \
+               USING (hash, actor, seq, start_op, op_count, time, deps) \
+             WHERE c.message IS NOT DISTINCT FROM m.message",
+        );
+        let all =
+            Spi::get_one::<i64>("SELECT sum(automerge_change_count(doc))::bigint FROM samples");
+        assert_eq!(matching.unwrap(), all.unwrap());
+        let first = sample("project").get_changes(&[])[0].hash().to_string();
+        let since = Spi::get_one::<Vec<i64>>(&format!(
+            "SELECT array_agg(seq ORDER BY seq) FROM automerge_changes_meta({}, ARRAY['{first}'])",
+            project_sql()
+        ));
+        assert_eq!(since.unwrap(), Some(vec![2, 3]));
+        let null_doc = Spi::get_one::<i64>("SELECT count(*) FROM automerge_changes_meta(NULL)");
+        assert_eq!(null_doc.unwrap(), Some(0));
+    }
+
+    #[pg_test]
+    fn one_change_by_its_hash_or_null() {
+        let doc = sample("project");
+        let second = &doc.get_changes(&[])[1];
+        let bytes = Spi::get_one::<Vec<u8>>(&format!(
+            "SELECT automerge_get_change({}, '{}')",
+            project_sql(),
+            second.hash()
+        ));
+        assert_eq!(bytes.unwrap(), Some(second.raw_bytes().to_vec()));
+        let absent = Spi::get_one::<Vec<u8>>(&format!(
+            "SELECT automerge_get_change({}, repeat('ab', 32))",
+            project_sql()
+        ));
+        assert_eq!(absent.unwrap(), None);
+        let malformed = format!("SELECT automerge_get_change({}, 'xyz')", project_sql());
+        assert_eq!(sqlstate_of(&malformed), "22023");
+    }
+
+    #[pg_test]
+    fn contains_documents_and_changes_that_add_nothing() {
+        let doc = sample("project");
+        let first = doc.get_changes(&[])[0].hash().to_string();
+        let project = project_sql();
+        let contains = |sql: &str| Spi::get_one::<bool>(sql).unwrap().unwrap();
+        let older = format!("automerge_get_change({project}, '{first}')::automerge");
+        assert!(contains(&format!("SELECT automerge_contains({project}, {project})")));
+        assert!(contains(&format!("SELECT automerge_contains({project}, {older})")));
+        assert!(!contains(&format!("SELECT automerge_contains({older}, {project})")));
+        let other = format!("'{}'::automerge", hex_of(&sample("todo-list").save()));
+        assert!(!contains(&format!("SELECT automerge_contains({project}, {other})")));
+        assert!(contains(&format!(
+            "SELECT automerge_contains({project}, automerge_save_since({project}, ARRAY['{first}']))"
+        )));
+        assert!(!contains(&format!(
+            "SELECT automerge_contains({older}, automerge_save_since({project}, ARRAY['{first}']))"
+        )));
+        assert!(contains(&format!("SELECT automerge_contains({project}, '\\x'::bytea)")));
+        let garbage = format!("SELECT automerge_contains({project}, '\\x0102'::bytea)");
+        assert_eq!(sqlstate_of(&garbage), "22P03");
     }
 
     #[pg_test]

@@ -4,13 +4,17 @@
 //! SQL. The Automerge logic itself, and its tests, live in the core crate.
 
 mod casts;
+mod conflicts;
 mod datum;
+mod diff;
 mod equality;
 mod errors;
 mod history;
+mod html;
 mod io;
 mod jsonb;
 mod kept_json;
+mod markdown;
 mod memory;
 mod merge_agg;
 mod notify;

@@ -11,16 +11,18 @@ use crate::stored;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_spans(doc: StoredDoc<'_>, path: Vec<String>) -> JsonB {
-    let loaded = stored::load(&doc, "automerge_spans");
-    JsonB(spans::spans(&loaded, &path, None).or_raise("automerge_spans"))
+    spans_of(&doc, &path, None)
 }
 
 /// The spans as they were when the document's heads were `heads`.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_spans")]
 fn automerge_spans_at(doc: StoredDoc<'_>, path: Vec<String>, heads: Vec<String>) -> JsonB {
-    let loaded = stored::load(&doc, "automerge_spans");
-    let heads = stored::known_heads(&loaded, &heads, "automerge_spans");
-    JsonB(spans::spans(&loaded, &path, Some(&heads)).or_raise("automerge_spans"))
+    spans_of(&doc, &path, Some(&heads))
+}
+
+fn spans_of(doc: &StoredDoc<'_>, path: &[String], heads: Option<&[String]>) -> JsonB {
+    let (loaded, heads) = stored::load_at(doc, heads, "automerge_spans");
+    JsonB(spans::spans(&loaded, path, heads.as_deref()).or_raise("automerge_spans"))
 }
 
 #[cfg(any(test, feature = "pg_test"))]

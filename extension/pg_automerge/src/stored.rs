@@ -25,3 +25,15 @@ pub fn known_heads(
     heads::require_known(doc, &parsed).or_raise(function);
     parsed
 }
+
+/// The loaded document, and `heads` (when given) parsed and checked to be its changes: for
+/// the reads that can look at the document as it was.
+pub fn load_at(
+    doc: &StoredDoc<'_>,
+    heads: Option<&[String]>,
+    function: &'static str,
+) -> (automerge::Automerge, Option<Vec<automerge::ChangeHash>>) {
+    let loaded = load(doc, function);
+    let heads = heads.map(|heads| known_heads(&loaded, heads, function));
+    (loaded, heads)
+}
