@@ -9,7 +9,7 @@
 use ::fixtures::generated::{Kind, Scale, Spec};
 
 use super::format::{bytes, duration};
-use super::{find, Row, NAIVE, OURS};
+use super::{find, Row, StorageMeasure, JSONB, NAIVE, OURS};
 
 /// A performance goal, and what this run measured of it.
 pub(super) struct Goal {
@@ -37,10 +37,31 @@ const HEADER_READ_PEAK_GOAL: u64 = 64 << 10;
 const WRITE_SPEEDUP_GOAL: f64 = 10.0;
 /// An upsert of a full save loads at most this many documents: the client's save.
 const UPSERT_LOADS_GOAL: u64 = 1;
+/// The reads a plain `jsonb` column answers too, as users write them.
+const JSONB_READS: [(&str, &str); 4] = [
+    ("read title", "`doc->>'title'`"),
+    ("nested path", "`doc->'items'->0->>'name'`"),
+    ("to jsonb", "`doc::jsonb`"),
+    ("containment", "GIN containment `@>` (its recheck casts)"),
+];
+/// Each at most this many times the same read on a plain `jsonb` column.
+const JSONB_READ_RATIO_GOAL: f64 = 1.5;
+/// Reads of the header (and actor table): one TOAST chunk, at most this long.
+const HEADER_READS: [(&str, &str); 5] = [
+    ("heads", "`automerge_heads`"),
+    ("change count", "`automerge_change_count`"),
+    ("equality", "`doc = doc`"),
+    ("hash", "`automerge_hash`"),
+    ("has its heads", "`automerge_has_changes` of its heads"),
+];
+const HEADER_READ_GOAL_NS: f64 = 0.2e6;
+/// Stored size and WAL of a write at most the Automerge bytes (the naive path's value, which
+/// keeps no JSON) plus a `jsonb` column's, plus this much.
+const STORAGE_SLACK: f64 = 1.05;
 
 /// The goals of reads that never load and writes that load at most once, each computed
 /// from the measurements of a run at `scale`.
-pub(super) fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
+pub(super) fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal> {
     let sql = |operation: &str, variant: &str, fixture: &str| {
         find(rows, "sql", operation, variant, fixture)
     };
@@ -118,6 +139,99 @@ pub(super) fn goals(rows: &[Row], scale: &str) -> Vec<Goal> {
         let target = format!("≤ {UPSERT_LOADS_GOAL} load");
         goals.push(Goal { goal, fixture: fixture.clone(), measured, target, met });
     }
+    goals.extend(jsonb_parity(rows, storage));
+    goals
+}
+
+/// Reads at a `jsonb` column's speed, header reads in one chunk, and storage no bigger than
+/// the Automerge bytes plus a `jsonb` column: on every fixture the run stored, ours and
+/// those made by the JavaScript client.
+fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
+    let mut fixtures: Vec<&str> =
+        rows.iter().filter(|r| r.level == "sql").map(|r| r.fixture.as_str()).collect();
+    fixtures.sort();
+    fixtures.dedup();
+    let stored = |fixture: &str, variant: &str, measure: &str| {
+        storage
+            .iter()
+            .find(|m| m.fixture == fixture && m.variant == variant && m.measure == measure)
+            .and_then(|m| m.value)
+    };
+    let not_measured = || ("not measured".to_string(), None);
+    let mut goals = Vec::new();
+    for (operation, read) in JSONB_READS {
+        for &fixture in &fixtures {
+            let ours = find(rows, "sql", operation, OURS, fixture);
+            let column = find(rows, "sql", operation, JSONB, fixture);
+            let (measured, met) = match (ours, column) {
+                (Some(ours), Some(column)) => {
+                    let ratio = ours.median_ns / column.median_ns;
+                    let text = format!(
+                        "{ratio:.2}× ({} against {})",
+                        duration(ours.median_ns),
+                        duration(column.median_ns)
+                    );
+                    (text, Some(ratio <= JSONB_READ_RATIO_GOAL))
+                }
+                _ => not_measured(),
+            };
+            goals.push(Goal {
+                goal: format!("{read} against a `jsonb` column"),
+                fixture: fixture.to_string(),
+                measured,
+                target: format!("≤ {JSONB_READ_RATIO_GOAL}×"),
+                met,
+            });
+        }
+    }
+    for (operation, read) in HEADER_READS {
+        for &fixture in &fixtures {
+            let (measured, met) = match find(rows, "sql", operation, OURS, fixture) {
+                Some(ours) => {
+                    (duration(ours.median_ns), Some(ours.median_ns <= HEADER_READ_GOAL_NS))
+                }
+                None => not_measured(),
+            };
+            goals.push(Goal {
+                goal: format!("{read} from the header"),
+                fixture: fixture.to_string(),
+                measured,
+                target: format!("≤ {}", duration(HEADER_READ_GOAL_NS)),
+                met,
+            });
+        }
+    }
+    for (measure, what) in
+        [("column_bytes", "stored size"), ("wal_incremental_write_bytes", "WAL of a small write")]
+    {
+        for &fixture in &fixtures {
+            let parts = (
+                stored(fixture, OURS, measure),
+                stored(fixture, NAIVE, measure),
+                stored(fixture, JSONB, measure),
+            );
+            let (measured, met) = match parts {
+                (Some(ours), Some(automerge), Some(column)) => {
+                    let bound = (automerge + column) as f64 * STORAGE_SLACK;
+                    let text = format!(
+                        "{} (Automerge {} + `jsonb` {})",
+                        bytes(Some(ours as u64)),
+                        bytes(Some(automerge as u64)),
+                        bytes(Some(column as u64))
+                    );
+                    (text, Some(ours as f64 <= bound))
+                }
+                _ => not_measured(),
+            };
+            goals.push(Goal {
+                goal: format!("{what}: at most the Automerge bytes plus a `jsonb` column's"),
+                fixture: fixture.to_string(),
+                measured,
+                target: format!("≤ {:.0}% of their sum", STORAGE_SLACK * 100.0),
+                met,
+            });
+        }
+    }
     goals
 }
 
@@ -162,7 +276,7 @@ mod tests {
             measured("change count", OURS, 1e5, 184, 1),
             measured("upsert full save", OURS, 1e8, 30 << 20, 2),
         ];
-        let goals = goals(&rows, "small");
+        let goals = goals(&rows, &[], "small");
         let find = |name: &str, fixture: &str| {
             let goal = goals.iter().find(|g| g.goal.starts_with(name) && g.fixture == fixture);
             goal.unwrap_or_else(|| panic!("no goal {name:?} on {fixture}")).met
@@ -176,7 +290,48 @@ mod tests {
         assert_eq!(find("`automerge_change_count`", "rich-text-small"), Some(false));
         assert_eq!(find("a small write", "rich-text-small"), None);
         assert_eq!(find("an upsert", "rich-text-small"), Some(false));
+        assert_eq!(find("`doc->>'title'` against a `jsonb`", "rich-text-small"), None);
         let speedup = goals.iter().find(|g| g.goal.starts_with("`doc->>'title'` against")).unwrap();
         assert_eq!(speedup.measured, "200× (1.00 ms against 200.00 ms)");
+    }
+
+    #[test]
+    fn jsonb_parity_goals_compare_with_the_jsonb_column_and_the_automerge_bytes() {
+        let rows = vec![
+            row("sql", "read title", OURS, 1.2e6),
+            row("sql", "read title", JSONB, 1e6),
+            row("sql", "nested path", OURS, 2e6),
+            row("sql", "nested path", JSONB, 1e6),
+            row("sql", "heads", OURS, 0.1e6),
+            row("sql", "hash", OURS, 0.3e6),
+        ];
+        let measure = |variant: &str, measure: &str, value: i64| StorageMeasure {
+            fixture: "js-rich-text-medium".into(),
+            variant: variant.into(),
+            measure: measure.into(),
+            value: Some(value),
+        };
+        let storage = vec![
+            measure(OURS, "column_bytes", 2000),
+            measure(NAIVE, "column_bytes", 1300),
+            measure(JSONB, "column_bytes", 700),
+            measure(OURS, "wal_incremental_write_bytes", 2200),
+            measure(NAIVE, "wal_incremental_write_bytes", 1300),
+            measure(JSONB, "wal_incremental_write_bytes", 700),
+        ];
+        let rows: Vec<Row> =
+            rows.into_iter().map(|r| Row { fixture: "js-rich-text-medium".into(), ..r }).collect();
+        let goals = jsonb_parity(&rows, &storage);
+        let met = |name: &str| {
+            let goal = goals.iter().find(|g| g.goal.starts_with(name));
+            goal.unwrap_or_else(|| panic!("no goal {name:?}")).met
+        };
+        assert_eq!(met("`doc->>'title'` against a `jsonb` column"), Some(true));
+        assert_eq!(met("`doc->'items'->0->>'name'` against"), Some(false));
+        assert_eq!(met("`doc::jsonb` against"), None);
+        assert_eq!(met("`automerge_heads` from the header"), Some(true));
+        assert_eq!(met("`automerge_hash` from the header"), Some(false));
+        assert_eq!(met("stored size"), Some(true), "2000 ≤ 1.05 × 2000");
+        assert_eq!(met("WAL of a small write"), Some(false), "2200 > 1.05 × 2000");
     }
 }
