@@ -7,12 +7,12 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::storage;
+use crate::gucs;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_from_bytea(bytes: &[u8]) -> StoredDoc<'static> {
     StoredDoc::owned(
-        document::stored_from_client_bytes(bytes, storage::write_settings())
+        document::stored_from_client_bytes(bytes, gucs::write_settings())
             .or_raise("automerge_from_bytea"),
     )
 }

@@ -131,7 +131,7 @@ fn automerge_contains(doc: LazyDoc<'_>, other: DocHeader<'_>) -> bool {
 /// nothing.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_contains")]
 fn automerge_contains_changes(doc: LazyDoc<'_>, changes: &[u8]) -> bool {
-    history::contains_changes(&doc, changes, crate::memory::load_limit())
+    history::contains_changes(&doc, changes, crate::gucs::load_limit())
         .or_raise("automerge_contains")
 }
 

@@ -11,7 +11,7 @@ use pgrx::{pg_sys, Internal};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::storage;
+use crate::gucs;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_in(input: &CStr) -> StoredDoc<'static> {
@@ -21,8 +21,7 @@ fn automerge_in(input: &CStr) -> StoredDoc<'static> {
         .or_raise("automerge_in");
     let bytes = text_form::parse(text).or_raise("automerge_in");
     StoredDoc::owned(
-        document::stored_from_client_bytes(&bytes, storage::write_settings())
-            .or_raise("automerge_in"),
+        document::stored_from_client_bytes(&bytes, gucs::write_settings()).or_raise("automerge_in"),
     )
 }
 
@@ -44,7 +43,7 @@ fn automerge_recv(mut buf: Internal) -> StoredDoc<'static> {
         unsafe { std::slice::from_raw_parts(buf.data.add(start).cast::<u8>(), end - start) };
     buf.cursor = buf.len;
     StoredDoc::owned(
-        document::stored_from_client_bytes(bytes, storage::write_settings())
+        document::stored_from_client_bytes(bytes, gucs::write_settings())
             .or_raise("automerge_recv"),
     )
 }

@@ -9,6 +9,7 @@ mod datum;
 mod diff;
 mod equality;
 mod errors;
+mod gucs;
 mod history;
 mod html;
 mod io;
@@ -28,8 +29,8 @@ mod writes;
 
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
     memory::init();
-    storage::init();
     pg_automerge_core::interrupts::install(|| {
         pgrx::check_for_interrupts!();
     });

@@ -13,24 +13,15 @@
 
 use std::ffi::c_void;
 
-use pg_automerge_core::document::LoadLimit;
 use pg_automerge_core::memory::{self, CountingAllocator};
 use pgrx::prelude::*;
-use pgrx::{
-    pg_sys, GucContext, GucFlags, GucRegistry, GucSetting, PGRXSharedMemory, PgLwLock,
-    PgSqlErrorCode,
-};
+use pgrx::{pg_sys, PGRXSharedMemory, PgLwLock, PgSqlErrorCode};
 
 use crate::errors::raise_sqlstate;
+use crate::gucs;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-const MB: u64 = 1 << 20;
-
-static TRIM_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(64);
-static MAX_LOAD_MEMORY: GucSetting<i32> =
-    GucSetting::<i32>::new((pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
 
 /// How many backends the shared view can list at once.
 const MAX_BACKENDS: usize = 1024;
@@ -53,27 +44,8 @@ static mut PRELOADED: bool = false;
 /// Whether this backend registered the exit callback that frees its slot.
 static mut SLOT_RELEASED_AT_EXIT: bool = false;
 
+/// Registers the transaction-end trim and, when preloaded, the shared view.
 pub fn init() {
-    GucRegistry::define_int_guc(
-        c"pg_automerge.trim_threshold",
-        c"Give freed memory back to the operating system after a transaction that freed more than this.",
-        c"-1 never trims. Only superusers can change it.",
-        &TRIM_THRESHOLD,
-        -1,
-        i32::MAX,
-        GucContext::Suset,
-        GucFlags::UNIT_MB,
-    );
-    GucRegistry::define_int_guc(
-        c"pg_automerge.max_load_memory",
-        c"Refuse to load client input or a merge result estimated to need more memory than this.",
-        c"-1 sets no limit. Reads of stored documents are not limited. Only superusers can change it.",
-        &MAX_LOAD_MEMORY,
-        -1,
-        i32::MAX,
-        GucContext::Suset,
-        GucFlags::UNIT_MB,
-    );
     // SAFETY: called from _PG_init, once per backend, as Postgres expects.
     unsafe {
         pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
@@ -87,12 +59,6 @@ pub fn init() {
 fn preloaded() -> bool {
     // SAFETY: written once in _PG_init, before any SQL runs.
     unsafe { PRELOADED }
-}
-
-/// The load limit now in force.
-pub fn load_limit() -> LoadLimit {
-    let mb = MAX_LOAD_MEMORY.get();
-    LoadLimit((mb >= 0).then(|| mb as u64 * MB))
 }
 
 #[pg_guard]
@@ -109,8 +75,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
     }
     pg_automerge_core::cache::clear();
     let freed = memory::take_freed_since_trim() as u64;
-    let threshold = TRIM_THRESHOLD.get();
-    if threshold >= 0 && freed > threshold as u64 * MB {
+    if gucs::trim_threshold().is_some_and(|threshold| freed > threshold) {
         // SAFETY: malloc_trim only returns free memory to the kernel.
         unsafe { libc::malloc_trim(0) };
     }
@@ -302,7 +267,7 @@ mod tests {
         let shown = Spi::get_one::<String>("SHOW pg_automerge.max_load_memory").unwrap().unwrap();
         let default = pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY;
         assert_eq!(shown, format!("{}GB", default >> 30));
-        assert_eq!(super::load_limit().0, Some(default));
+        assert_eq!(crate::gucs::load_limit().0, Some(default));
     }
 
     #[pg_test]

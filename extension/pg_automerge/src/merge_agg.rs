@@ -12,7 +12,7 @@ use pgrx::{pg_sys, Internal, PgMemoryContexts};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::{memory, storage};
+use crate::gucs;
 
 /// The aggregate's memory context: the state must outlive each call.
 fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemoryContexts {
@@ -44,7 +44,7 @@ fn automerge_merge_agg_transition(
     const FUNCTION: &str = "automerge_merge_agg_transition";
     // NULLs leave the state as it is, so that only NULLs give NULL.
     let Some(doc) = doc else { return state };
-    let limit = memory::load_limit();
+    let limit = gucs::load_limit();
     match state_of(&mut state) {
         Some(merged) => {
             merged.add(doc.stored(), limit).or_raise(FUNCTION);
@@ -69,7 +69,7 @@ fn automerge_merge_agg_combine(
     let other = std::mem::replace(other, MergeState::empty());
     match state_of(&mut left) {
         Some(merged) => {
-            merged.combine(other, memory::load_limit()).or_raise(FUNCTION);
+            merged.combine(other, gucs::load_limit()).or_raise(FUNCTION);
             left
         }
         None => new_state(other, aggregate_context(fcinfo, FUNCTION)),
@@ -87,7 +87,7 @@ fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
 /// which moves what it keeps into the aggregate's context.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    let merged = MergeState::from_saved(bytes, memory::load_limit())
+    let merged = MergeState::from_saved(bytes, gucs::load_limit())
         .or_raise("automerge_merge_agg_deserialize");
     new_state(merged, PgMemoryContexts::CurrentMemoryContext)
 }
@@ -96,7 +96,7 @@ fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal 
 fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
     state_of(&mut state).map(|merged| {
         StoredDoc::owned(
-            document::to_stored(&merged.doc, storage::write_settings())
+            document::to_stored(&merged.doc, gucs::write_settings())
                 .or_raise("automerge_merge_agg"),
         )
     })

@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::storage::write_settings;
+use crate::gucs::write_settings;
 
 /// Whether the stored value loads in Automerge, its kept JSON is the loaded document's, and
 /// its next save loads too. One load (and one of its save), within the load limit.
@@ -127,7 +127,7 @@ mod tests {
         // What 0.3.0 stored: the document with the change applied, saved.
         let mut broken = Automerge::load(&client.save()).unwrap();
         broken.apply_changes([Change::try_from(&wrong[..]).unwrap()]).unwrap();
-        let stored = to_stored(&broken, crate::storage::write_settings()).unwrap();
+        let stored = to_stored(&broken, crate::gucs::write_settings()).unwrap();
         assert!(document::load_stored(&stored).is_err());
         // SAFETY: the datum is an `automerge` varlena, as the stored column holds.
         let value = unsafe {

@@ -1,4 +1,5 @@
-//! What a stored value keeps besides the document, and the settings that choose it:
+//! What a stored value keeps besides the document, and the settings (in `gucs.rs`) that
+//! choose it:
 //!
 //! - `pg_automerge.keep_jsonb` (on): writes keep the document's JSON in the stored value,
 //!   so the `jsonb` cast (and through it `->>`, `@>`, GIN rechecks, generated columns)
@@ -13,66 +14,14 @@
 //! - `automerge_storage(doc)` shows what a value keeps and what loading it is estimated to
 //!   take; `automerge_compact(doc)` re-saves it with its JSON, as a write that loads would.
 
-use pg_automerge_core::document::{self, WriteSettings};
+use pg_automerge_core::document;
 use pg_automerge_core::estimate::estimate_stored;
 use pg_automerge_core::format;
 use pgrx::prelude::*;
-use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::kept_json::JSONB;
-use crate::memory;
-
-static KEEP_JSONB: GucSetting<bool> = GucSetting::<bool>::new(true);
-static APPEND_LIMIT: GucSetting<i32> =
-    GucSetting::<i32>::new(document::DEFAULT_APPEND_LIMIT as i32);
-static DOCUMENT_CACHE: GucSetting<i32> =
-    GucSetting::<i32>::new((document::DEFAULT_CACHE_BUDGET / MB) as i32);
-
-const MB: u64 = 1 << 20;
-
-pub fn init() {
-    GucRegistry::define_bool_guc(
-        c"pg_automerge.keep_jsonb",
-        c"Keep each written document's JSON in the stored value, so that jsonb reads need no load.",
-        c"Off stores less and writes faster, but every jsonb read of such a value loads the document.",
-        &KEEP_JSONB,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"pg_automerge.append_limit",
-        c"How many changes an incremental write may append to a stored document without loading it.",
-        c"The write after that many loads the document and saves it anew. 0 makes every incremental write load.",
-        &APPEND_LIMIT,
-        0,
-        1_000_000,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"pg_automerge.document_cache",
-        c"Hold the document that client input loaded, for the merge that follows in the transaction, if it keeps at most this much memory.",
-        c"An upsert of a full save then loads it once. 0 holds none.",
-        &DOCUMENT_CACHE,
-        0,
-        i32::MAX / 2,
-        GucContext::Userset,
-        GucFlags::UNIT_MB,
-    );
-}
-
-/// The settings now in force for writes.
-pub fn write_settings() -> WriteSettings {
-    WriteSettings {
-        load_limit: memory::load_limit(),
-        keep_json: KEEP_JSONB.get(),
-        json_codec: &JSONB,
-        append_limit: APPEND_LIMIT.get().max(0) as u32,
-        cache_budget: DOCUMENT_CACHE.get().max(0) as u64 * MB,
-    }
-}
+use crate::gucs;
 
 /// What a stored value holds: its format version, its size, the Automerge bytes, the kept
 /// JSON (null when it keeps none), how many changes were appended since its last save, and
@@ -112,7 +61,7 @@ fn automerge_storage(
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
     StoredDoc::owned(
-        document::compact(doc.stored(), write_settings()).or_raise("automerge_compact"),
+        document::compact(doc.stored(), gucs::write_settings()).or_raise("automerge_compact"),
     )
 }
 
@@ -348,7 +297,7 @@ mod tests {
             .unwrap();
         insert_version(1, fixtures::legacy::format_version_1(&doc));
         insert_version(2, fixtures::legacy::format_version_2(&text_kept));
-        insert_version(3, to_stored(&doc, crate::storage::write_settings()).unwrap());
+        insert_version(3, to_stored(&doc, crate::gucs::write_settings()).unwrap());
         let versions = Spi::get_one::<Vec<i32>>(
             "SELECT array_agg(s.format_version ORDER BY version) FROM versions, automerge_storage(doc) s",
         );

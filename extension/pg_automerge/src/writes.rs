@@ -13,12 +13,12 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::storage;
+use crate::gucs;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_merge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> StoredDoc<'static> {
     StoredDoc::owned(
-        writes::merge(left.stored(), right.stored(), storage::write_settings())
+        writes::merge(left.stored(), right.stored(), gucs::write_settings())
             .or_raise("automerge_merge"),
     )
 }
@@ -26,7 +26,7 @@ fn automerge_merge(left: StoredDoc<'_>, right: StoredDoc<'_>) -> StoredDoc<'stat
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_apply(doc: StoredDoc<'_>, changes: &[u8]) -> StoredDoc<'static> {
     StoredDoc::owned(
-        writes::apply(doc.stored(), changes, storage::write_settings()).or_raise("automerge_apply"),
+        writes::apply(doc.stored(), changes, gucs::write_settings()).or_raise("automerge_apply"),
     )
 }
 
