@@ -233,8 +233,7 @@ fn header_contains(
     hashes: &[ChangeHash],
 ) -> bool {
     hashes.iter().all(|hash| {
-        heads.contains(hash)
-            || clock.is_some_and(|clock| clock.values().any(|(_, latest)| latest == hash))
+        heads.contains(hash) || clock.is_some_and(|clock| format::is_latest_change(clock, hash))
     })
 }
 

@@ -192,8 +192,13 @@ pub struct Kept<'a> {
 impl Kept<'_> {
     /// Whether `hash` is the latest change of one of the document's actors.
     pub fn is_latest_change(&self, hash: &ChangeHash) -> bool {
-        self.clock.values().any(|(_, latest)| latest == hash)
+        is_latest_change(&self.clock, hash)
     }
+}
+
+/// Whether `hash` is the latest change of one of `clock`'s actors.
+pub fn is_latest_change(clock: &ActorClock, hash: &ChangeHash) -> bool {
+    clock.values().any(|(_, latest)| latest == hash)
 }
 
 /// A stored value decoded once: its header fields, what it keeps, and the Automerge bytes,

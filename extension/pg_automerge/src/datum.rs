@@ -80,7 +80,7 @@ impl<'a> format::Prefix<'a> for LazyDoc<'a> {
         let fetched = self.fetched.get();
         // A fetch that returned less than it asked for returned the whole value.
         if len <= fetched.len() || self.whole.get() {
-            return &fetched[..len.min(fetched.len())];
+            return fetched.prefix(len);
         }
         // SAFETY: a non-null `automerge` datum is a varlena; the slice is palloc'd in the
         // current memory context, which outlives this call's use of it.

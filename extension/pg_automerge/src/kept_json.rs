@@ -67,29 +67,31 @@ impl JsonCodec for JsonbCodec {
 
 /// A `jsonb` datum in palloc'd memory holding `raw`, the data of a kept `jsonb`.
 fn jsonb_datum(raw: &[u8]) -> pg_sys::Datum {
-    // SAFETY: a fresh varlena of the right size, its data copied in.
-    unsafe {
-        let varlena = pg_sys::palloc(pg_sys::VARHDRSZ + raw.len()).cast::<pg_sys::varlena>();
-        pgrx::varlena::set_varsize_4b(varlena, (pg_sys::VARHDRSZ + raw.len()) as i32);
-        let data = varlena.cast::<u8>().add(pg_sys::VARHDRSZ);
-        std::ptr::copy_nonoverlapping(raw.as_ptr(), data, raw.len());
-        pg_sys::Datum::from(varlena)
-    }
+    let copied: Result<_, Error> = palloc_jsonb(raw.len(), |data| {
+        data.copy_from_slice(raw);
+        Ok(())
+    });
+    copied.expect("a copy cannot fail")
 }
 
 /// The kept `jsonb` as a `jsonb` datum, decompressed straight into palloc'd memory: what
 /// the cast returns, with no parse and no Rust heap.
 pub fn kept_datum(json: &KeptJson<'_>) -> Result<pg_sys::Datum, Error> {
-    let len = pg_sys::VARHDRSZ + json.raw_len;
-    // SAFETY: a fresh varlena of `len` bytes, filled by the decompression before use.
+    palloc_jsonb(json.raw_len, |data| json.decompress_into(data))
+}
+
+/// A fresh `jsonb` varlena of `len` data bytes in palloc'd memory, its data written by
+/// `fill`.
+fn palloc_jsonb(
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), Error>,
+) -> Result<pg_sys::Datum, Error> {
+    // SAFETY: a fresh varlena of the right size, whose data `fill` writes before use.
     unsafe {
-        let varlena = pg_sys::palloc(len).cast::<pg_sys::varlena>();
-        pgrx::varlena::set_varsize_4b(varlena, len as i32);
-        let data = std::slice::from_raw_parts_mut(
-            varlena.cast::<u8>().add(pg_sys::VARHDRSZ),
-            json.raw_len,
-        );
-        json.decompress_into(data)?;
+        let varlena = pg_sys::palloc(pg_sys::VARHDRSZ + len).cast::<pg_sys::varlena>();
+        pgrx::varlena::set_varsize_4b(varlena, (pg_sys::VARHDRSZ + len) as i32);
+        let data = std::slice::from_raw_parts_mut(varlena.cast::<u8>().add(pg_sys::VARHDRSZ), len);
+        fill(data)?;
         Ok(pg_sys::Datum::from(varlena))
     }
 }
