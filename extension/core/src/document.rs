@@ -2,12 +2,13 @@
 
 use std::borrow::Cow;
 
-use automerge::{Automerge, ChangeHash, ObjId, ReadDoc, ROOT};
+use automerge::{Automerge, ChangeHash, ReadDoc};
 
 use crate::estimate::{self, LoadEstimate};
-use crate::format::{self, ActorClock, Header, Kept, Prefix, RootOps, StoredValue, Summary};
+use crate::format::{self, ActorClock, Header, Kept, Prefix, StoredValue, Summary};
 use crate::guard::no_panic;
 use crate::kept_json::{self, JsonCodec, TextJson};
+use crate::structure::Structure;
 use crate::{cache, chunk, json, memory, writes, Error};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
@@ -58,18 +59,8 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
             *latest = (change.seq, change.hash);
         }
     }
-    let mut root = RootOps::new();
-    for key in doc.keys(ROOT) {
-        let ops = doc.get_all(ROOT, key.as_str()).unwrap_or_default().into_iter().filter_map(
-            |(_, id)| match id {
-                ObjId::Id(counter, actor, _) => Some((counter, actor)),
-                ObjId::Root => None,
-            },
-        );
-        root.insert(key, ops.collect());
-    }
     let summary = Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() };
-    (summary, Kept { max_op, appended_changes: 0, json: None, clock, root })
+    (summary, Kept { max_op, appended_changes: 0, json: None, clock, structure: None })
 }
 
 /// The stored form of a loaded document, keeping its JSON when the settings do (a document too
@@ -84,6 +75,18 @@ pub fn to_stored(doc: &Automerge, settings: WriteSettings) -> Result<Vec<u8>, Er
 /// The document's Automerge save, as clients load it.
 pub fn save(doc: &Automerge) -> Result<Vec<u8>, Error> {
     no_panic(|| doc.save()).map_err(Error::NotAutomerge)
+}
+
+/// The [`Structure`] of the document in `payload` (a save, then any changes): `None` when
+/// a change does not follow the operations before it, or the save does not index.
+fn structure_of(payload: &[u8]) -> Option<Structure> {
+    let (save, appended) = split_save(payload);
+    let (mut structure, mut max_op) = Structure::of_save(save)?;
+    for change in writes::parse_changes(appended)? {
+        structure.apply(&change, max_op)?;
+        max_op = change.max_op();
+    }
+    Some(structure)
 }
 
 /// The stored form of `doc`, whose Automerge bytes are `payload` (a save, then
@@ -103,7 +106,13 @@ fn encode_loaded(
         false => None,
     };
     let (summary, kept) = summarize(doc);
-    let kept = Kept { json: json.as_ref().map(|json| json.as_kept()), appended_changes, ..kept };
+    let structure = structure_of(payload).map(|structure| Cow::Owned(structure.encode()));
+    let kept = Kept {
+        json: json.as_ref().map(|json| json.as_kept()),
+        appended_changes,
+        structure,
+        ..kept
+    };
     Ok(format::encode(&summary, &kept, payload))
 }
 

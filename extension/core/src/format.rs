@@ -186,7 +186,8 @@ pub struct Kept<'a> {
     /// The document as JSON, when kept and current.
     pub json: Option<KeptJson<'a>>,
     pub clock: ActorClock,
-    pub root: RootOps,
+    /// The [`Structure`](crate::structure::Structure) index in its stored form, when kept.
+    pub structure: Option<Cow<'a, [u8]>>,
 }
 
 impl Kept<'_> {
@@ -393,7 +394,7 @@ impl Header {
                 appended_changes: v2.appended_changes,
                 json: self.json(stored)?,
                 clock: self.clock(stored)?,
-                root: decode_root(section(stored, &self.root)?)?,
+                structure: self.structure(stored)?,
             }),
         };
         let payload = stored
@@ -403,6 +404,21 @@ impl Header {
             return Err(Error::CorruptStoredValue("payload is not Automerge data".into()));
         }
         Ok(StoredValue { version: self.version, summary: self.summary, kept, payload })
+    }
+}
+
+impl Header {
+    /// The structure index; a version 2 value's root table becomes an index of its root.
+    fn structure<'a>(&self, stored: &'a [u8]) -> Result<Option<Cow<'a, [u8]>>, Error> {
+        let bytes = section(stored, &self.root)?;
+        Ok(match self.version {
+            2 => {
+                let root = decode_root(bytes)?;
+                Some(Cow::Owned(crate::structure::Structure::of_root_table(&root).encode()))
+            }
+            _ if bytes.is_empty() => None,
+            _ => Some(Cow::Borrowed(bytes)),
+        })
     }
 }
 
@@ -422,7 +438,7 @@ pub fn decode(stored: &[u8]) -> Result<StoredValue<'_>, Error> {
 pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     let header_len = FIXED_HEADER_LEN + HASH_LEN * summary.heads.len();
     let actors = encode_clock(&kept.clock);
-    let root = encode_root(&kept.root);
+    let root = kept.structure.as_deref().unwrap_or_default();
     let (flags, json, raw_len) = match &kept.json {
         None => (0, &[][..], 0),
         Some(json) => {
@@ -454,7 +470,7 @@ pub fn encode(summary: &Summary, kept: &Kept<'_>, payload: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(&actors);
     out.extend_from_slice(json);
-    out.extend_from_slice(&root);
+    out.extend_from_slice(root);
     out.extend_from_slice(payload);
     out
 }
@@ -471,7 +487,8 @@ fn encode_clock(clock: &ActorClock) -> Vec<u8> {
     out
 }
 
-fn encode_root(root: &RootOps) -> Vec<u8> {
+/// A root table as format version 2 kept it (for tests that write such values).
+pub fn encode_root_table(root: &RootOps) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&to_u32(root.len()).to_le_bytes());
     for (key, ops) in root {
@@ -588,12 +605,13 @@ mod tests {
         ];
         let root =
             [("title".to_string(), vec![(7, ActorId::from([1u8; 16]))]), ("x".to_string(), vec![])];
+        let structure = crate::structure::Structure::of_root_table(&root.into_iter().collect());
         Kept {
             max_op: 99,
             appended_changes: 2,
             json: json.map(KeptJsonBuf::as_kept),
             clock: clock.into_iter().collect(),
-            root: root.into_iter().collect(),
+            structure: Some(Cow::Owned(structure.encode())),
         }
     }
 
@@ -603,12 +621,13 @@ mod tests {
 
     const PAYLOAD: &[u8] = &[0x85, 0x6f, 0x4a, 0x83, 1, 2, 3];
     const ACTORS_LEN: usize = 4 + (4 + 1 + 8 + 32) + (4 + 16 + 8 + 32);
-    const ROOT_LEN: usize = 4 + (4 + 5 + 4 + 8 + 4 + 16) + (4 + 1 + 4);
 
     #[test]
     fn header_layout_is_as_documented() {
         let json = text("{}");
-        let stored = encode(&summary(2), &kept(Some(&json)), PAYLOAD);
+        let kept = kept(Some(&json));
+        let index_len = kept.structure.as_ref().unwrap().len();
+        let stored = encode(&summary(2), &kept, PAYLOAD);
         assert_eq!(stored[0], FORMAT_VERSION);
         assert_eq!(stored[1], 1, "JSON kept, as text, uncompressed");
         assert_eq!(&stored[4..8], &(56u32 + 64).to_le_bytes());
@@ -620,10 +639,11 @@ mod tests {
         assert_eq!(&stored[40..44], &(ACTORS_LEN as u32).to_le_bytes());
         assert_eq!(&stored[44..48], &2u32.to_le_bytes());
         assert_eq!(&stored[48..52], &2u32.to_le_bytes());
-        assert_eq!(&stored[52..56], &(ROOT_LEN as u32).to_le_bytes());
+        assert_eq!(&stored[52..56], &(index_len as u32).to_le_bytes());
         let json_at = 56 + 64 + ACTORS_LEN;
         assert_eq!(&stored[json_at..json_at + 2], b"{}");
-        assert_eq!(&stored[json_at + 2 + ROOT_LEN..], PAYLOAD);
+        assert_eq!(&stored[json_at + 2..json_at + 2 + index_len], kept.structure.unwrap().as_ref());
+        assert_eq!(&stored[json_at + 2 + index_len..], PAYLOAD);
     }
 
     #[test]
@@ -709,7 +729,6 @@ mod tests {
     fn refuses_inconsistent_headers() {
         let good = encode(&summary(3), &kept(Some(&text("{}"))), PAYLOAD);
         let actors_at = 56 + 96;
-        let root_at = actors_at + ACTORS_LEN + 2;
         let with = |edit: &dyn Fn(&mut Vec<u8>)| {
             let mut v = good.clone();
             edit(&mut v);
@@ -739,8 +758,6 @@ mod tests {
                 "actor id length",
                 with(&|v| v[actors_at + 4..actors_at + 8].copy_from_slice(&u32::MAX.to_le_bytes())),
             ),
-            ("root key count", with(&|v| v[root_at] = 9)),
-            ("root key not UTF-8", with(&|v| v[root_at + 8] = 0xff)),
             ("version 1 with flags", {
                 let mut v = fixtures::legacy::format_version_1(&automerge::Automerge::new());
                 v[1] = 1;
@@ -830,7 +847,7 @@ mod tests {
             let layout = if jsonb { JsonLayout::Jsonb } else { JsonLayout::Text };
             let json = json.map(|json| KeptJsonBuf::new(layout, json));
             let clock = actors.into_iter().map(|(actor, (seq, hash))| (ActorId::from(actor), (seq, ChangeHash(hash)))).collect();
-            let kept = Kept { max_op, appended_changes: 0, json: json.as_ref().map(KeptJsonBuf::as_kept), clock, root: RootOps::new() };
+            let kept = Kept { max_op, appended_changes: 0, json: json.as_ref().map(KeptJsonBuf::as_kept), clock, structure: None };
             let mut payload = AUTOMERGE_MAGIC.to_vec();
             payload.extend(tail);
             let stored = encode(&summary, &kept, &payload);

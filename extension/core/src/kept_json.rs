@@ -8,8 +8,152 @@ use serde_json::Value as Json;
 use crate::format::{JsonLayout, KeptJson, KeptJsonBuf};
 use crate::Error;
 
-/// A root key set to a new value, or removed (`None`), as an appended change does.
-pub type RootEdit = (String, Option<Json>);
+/// A step from a JSON value to one inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(u64),
+}
+
+/// One change to the JSON, as an appended change makes it (see
+/// [`structure`](crate::structure)). Offsets in strings count characters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JsonEdit {
+    /// Sets a map key (added if missing) or replaces a list item.
+    Set(Vec<Step>, Json),
+    /// Removes a map key or a list item.
+    Remove(Vec<Step>),
+    /// Inserts a list item before the one at the path's last index (or at the end).
+    Insert(Vec<Step>, Json),
+    /// Replaces `delete` characters of the string at the path, from `at`, with text.
+    Splice(Vec<Step>, u64, u64, String),
+    /// Adds to the number at the path.
+    Increment(Vec<Step>, i64),
+}
+
+impl JsonEdit {
+    pub fn path(&self) -> &[Step] {
+        match self {
+            JsonEdit::Set(path, _)
+            | JsonEdit::Remove(path)
+            | JsonEdit::Insert(path, _)
+            | JsonEdit::Splice(path, ..)
+            | JsonEdit::Increment(path, _) => path,
+        }
+    }
+
+    /// Takes `next` into this edit when the two make one: text typed right after a
+    /// splice's, or anything written inside a value this edit sets or inserts (an object
+    /// made with content). Returns whether it did.
+    pub fn absorb(&mut self, next: &JsonEdit) -> bool {
+        match (self, next) {
+            (
+                JsonEdit::Splice(path, at, _, text),
+                JsonEdit::Splice(next_path, next_at, 0, more),
+            ) if path == next_path && *next_at == *at + text.chars().count() as u64 => {
+                text.push_str(more);
+                true
+            }
+            (JsonEdit::Set(path, value) | JsonEdit::Insert(path, value), next)
+                if next.path().len() >= path.len() && next.path().starts_with(path) =>
+            {
+                let inner = next.path()[path.len()..].to_vec();
+                next.relative(inner).apply(value)
+            }
+            _ => false,
+        }
+    }
+
+    fn relative(&self, path: Vec<Step>) -> JsonEdit {
+        match self {
+            JsonEdit::Set(_, value) => JsonEdit::Set(path, value.clone()),
+            JsonEdit::Remove(_) => JsonEdit::Remove(path),
+            JsonEdit::Insert(_, value) => JsonEdit::Insert(path, value.clone()),
+            JsonEdit::Splice(_, at, delete, text) => {
+                JsonEdit::Splice(path, *at, *delete, text.clone())
+            }
+            JsonEdit::Increment(_, by) => JsonEdit::Increment(path, *by),
+        }
+    }
+
+    /// Makes the edit on `json`; false when its path is not there.
+    pub fn apply(&self, json: &mut Json) -> bool {
+        let path = self.path();
+        let Some((last, parent)) = path.split_last() else {
+            return match self {
+                JsonEdit::Set(_, value) => {
+                    *json = value.clone();
+                    true
+                }
+                JsonEdit::Splice(_, at, delete, text) => splice(json, *at, *delete, text),
+                JsonEdit::Increment(_, by) => increment(json, *by),
+                _ => false,
+            };
+        };
+        let Some(target) = walk(json, parent) else { return false };
+        match (self, last, target) {
+            (JsonEdit::Set(_, value), Step::Key(key), Json::Object(map)) => {
+                map.insert(key.clone(), value.clone());
+                true
+            }
+            (JsonEdit::Remove(_), Step::Key(key), Json::Object(map)) => map.remove(key).is_some(),
+            (JsonEdit::Set(_, value), Step::Index(i), Json::Array(items)) => {
+                items.get_mut(*i as usize).map(|item| *item = value.clone()).is_some()
+            }
+            (JsonEdit::Remove(_), Step::Index(i), Json::Array(items))
+                if (*i as usize) < items.len() =>
+            {
+                items.remove(*i as usize);
+                true
+            }
+            (JsonEdit::Insert(_, value), Step::Index(i), Json::Array(items))
+                if (*i as usize) <= items.len() =>
+            {
+                items.insert(*i as usize, value.clone());
+                true
+            }
+            (JsonEdit::Splice(_, at, delete, text), step, target) => {
+                walk(target, std::slice::from_ref(step))
+                    .is_some_and(|s| splice(s, *at, *delete, text))
+            }
+            (JsonEdit::Increment(_, by), step, target) => {
+                walk(target, std::slice::from_ref(step)).is_some_and(|n| increment(n, *by))
+            }
+            _ => false,
+        }
+    }
+}
+
+fn walk<'j>(mut json: &'j mut Json, path: &[Step]) -> Option<&'j mut Json> {
+    for step in path {
+        json = match (step, json) {
+            (Step::Key(key), Json::Object(map)) => map.get_mut(key)?,
+            (Step::Index(i), Json::Array(items)) => items.get_mut(*i as usize)?,
+            _ => return None,
+        };
+    }
+    Some(json)
+}
+
+/// Replaces `delete` characters from character `at` of a JSON string with `text`.
+pub fn splice(json: &mut Json, at: u64, delete: u64, text: &str) -> bool {
+    let Json::String(s) = json else { return false };
+    let byte =
+        |chars: u64| s.char_indices().nth(chars as usize).map_or(Some(s.len()), |(i, _)| Some(i));
+    let char_len = s.chars().count() as u64;
+    if at + delete > char_len {
+        return false;
+    }
+    let (Some(from), Some(to)) = (byte(at), byte(at + delete)) else { return false };
+    s.replace_range(from..to, text);
+    true
+}
+
+fn increment(json: &mut Json, by: i64) -> bool {
+    let Some(n) = json.as_i64().and_then(|n| n.checked_add(by)) else { return false };
+    *json = Json::Number(n.into());
+    true
+}
 
 /// Writes the JSON down in one [`JsonLayout`], reads it back, and patches it.
 pub trait JsonCodec: Sync {
@@ -21,17 +165,13 @@ pub trait JsonCodec: Sync {
     /// JSON bytes in this layout, read back.
     fn decode(&self, raw: &[u8]) -> Result<Json, Error>;
 
-    /// The JSON (an object) with `edits` made to its root keys; `None` when it is not an
-    /// object.
-    fn patch_root(&self, raw: &[u8], edits: &[RootEdit]) -> Result<Option<Vec<u8>>, Error> {
-        let Json::Object(mut root) = self.decode(raw)? else { return Ok(None) };
-        for (key, value) in edits {
-            match value {
-                Some(value) => root.insert(key.clone(), value.clone()),
-                None => root.remove(key),
-            };
+    /// The JSON with `edits` made in order; `None` when one of them does not fit it.
+    fn patch(&self, raw: &[u8], edits: &[JsonEdit]) -> Result<Option<Vec<u8>>, Error> {
+        let mut json = self.decode(raw)?;
+        if !edits.iter().all(|edit| edit.apply(&mut json)) {
+            return Ok(None);
         }
-        self.encode(&Json::Object(root)).map(Some)
+        self.encode(&json).map(Some)
     }
 }
 
@@ -85,18 +225,18 @@ pub fn decode(kept: &KeptJson<'_>, codec: &'static dyn JsonCodec) -> Result<Json
     reader.decode(&kept.raw()?)
 }
 
-/// The kept JSON with `edits` made to its root keys, written by `codec` (a value of an
-/// earlier layout moves to `codec`'s); `None` when it cannot be patched (not an object, or
-/// a layout this build reads only through a load), and the caller must load.
+/// The kept JSON with `edits` made, written by `codec` (a value of an earlier layout moves
+/// to `codec`'s); `None` when it cannot be patched (an edit does not fit it, or a layout
+/// this build reads only through a load), and the caller must load.
 pub fn patched(
     kept: &KeptJson<'_>,
-    edits: &[RootEdit],
+    edits: &[JsonEdit],
     codec: &'static dyn JsonCodec,
 ) -> Result<Option<KeptJsonBuf>, Error> {
     let raw = kept.raw()?;
     let patched = match reader(kept.layout, codec) {
-        Some(reader) if reader.layout() == codec.layout() => reader.patch_root(&raw, edits)?,
-        Some(reader) => match reader.patch_root(&raw, edits)? {
+        Some(reader) if reader.layout() == codec.layout() => reader.patch(&raw, edits)?,
+        Some(reader) => match reader.patch(&raw, edits)? {
             Some(text) => Some(codec.encode(&reader.decode(&text)?)?),
             None => None,
         },

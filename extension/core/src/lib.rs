@@ -7,6 +7,7 @@ pub mod cache;
 pub mod chunk;
 pub mod conflicts;
 pub mod diff;
+pub mod doc_ops;
 pub mod document;
 mod error;
 pub mod estimate;
@@ -26,6 +27,7 @@ pub mod memory;
 pub mod repair;
 mod rich_text;
 pub mod spans;
+pub mod structure;
 pub mod text_form;
 pub mod writes;
 

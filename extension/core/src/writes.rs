@@ -11,19 +11,20 @@
 //!   loaded document: appending what the header cannot check could store a value that no
 //!   later load accepts.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use automerge::legacy::{Key, ObjectId, OpType};
 use automerge::{
-    ActorId, Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
+    Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
 };
 
 use crate::document::{contains, has_all, load_stored, to_stored, WriteSettings};
 use crate::estimate::{estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
-use crate::format::{self, Kept, RootOps, StoredValue};
+use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
-use crate::kept_json::{self, RootEdit};
-use crate::{cache, chunk, integrity, json, memory, Error};
+use crate::kept_json;
+use crate::structure::Structure;
+use crate::{cache, chunk, integrity, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
@@ -141,6 +142,9 @@ fn append(
     let Some(parsed) = parse_changes(changes) else { return Ok(None) };
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = kept.clone();
+    let Some(mut structure) = kept.structure.as_deref().and_then(Structure::decode) else {
+        return Ok(None);
+    };
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
     let mut edits = Vec::new();
     for change in &parsed {
@@ -158,11 +162,11 @@ fn append(
         {
             return Ok(None);
         }
-        // Only operations checked against what the header knows are appended: a change
-        // that names an object, element or operation the document lacks would be stored
-        // and make every later load fail.
-        let Some(puts) = root_puts(change, kept.max_op, &mut kept.root) else { return Ok(None) };
-        edits.extend(puts);
+        // Only operations checked against the structure index are appended: a change that
+        // names an object, element or operation the document lacks would be stored and
+        // make every later load fail.
+        let Some(change_edits) = structure.apply(change, kept.max_op) else { return Ok(None) };
+        edits.extend(change_edits);
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
         kept.clock.insert(change.actor_id().clone(), (change.seq(), hash));
@@ -188,7 +192,12 @@ fn append(
         }
         _ => None,
     };
-    let kept = Kept { appended_changes, json: json.as_ref().map(|json| json.as_kept()), ..kept };
+    let kept = Kept {
+        appended_changes,
+        json: json.as_ref().map(|json| json.as_kept()),
+        structure: Some(Cow::Owned(structure.encode())),
+        ..kept
+    };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -199,50 +208,6 @@ fn append(
         payload.extend_from_slice(change.raw_bytes());
     }
     Ok(Some(format::encode(&summary, &kept, &payload)))
-}
-
-/// What a change does to root keys, as (key, the new JSON value or `None` for a delete),
-/// when that is all it does and the header shows it is sound: every operation puts a scalar
-/// on, or deletes, a root key, and replaces exactly the operations `root` shows for the key
-/// (its author saw them all), and its counters are above `max_op`, every operation of the
-/// document (so none is reused). The key then shows the new value alone, as on a load, and
-/// `root` is updated so; on `None` it may be half updated, and the caller drops it.
-fn root_puts(change: &Change, max_op: u64, root: &mut RootOps) -> Option<Vec<RootEdit>> {
-    // Right after every operation of the document: above its dependencies' counters,
-    // reusing none, skipping none.
-    let start = change.start_op().get();
-    if start != max_op + 1 {
-        return None;
-    }
-    let ops = no_panic(|| change.decode()).ok()?.operations;
-    let mut puts = Vec::with_capacity(ops.len());
-    for (index, op) in ops.into_iter().enumerate() {
-        let (ObjectId::Root, Key::Map(key), false) = (&op.obj, &op.key, op.insert) else {
-            return None;
-        };
-        let key = key.to_string();
-        let mut pred: Vec<(u64, ActorId)> =
-            op.pred.iter().map(|p| (p.counter(), p.actor().clone())).collect();
-        let mut current = root.get(&key).cloned().unwrap_or_default();
-        pred.sort();
-        current.sort();
-        if pred != current {
-            return None;
-        }
-        let value = match op.action {
-            OpType::Put(scalar) => Some(json::scalar(&scalar)),
-            OpType::Delete if !pred.is_empty() => None,
-            _ => return None,
-        };
-        match value {
-            Some(_) => {
-                root.insert(key.clone(), vec![(start + index as u64, change.actor_id().clone())])
-            }
-            None => root.remove(&key),
-        };
-        puts.push((key, value));
-    }
-    Some(puts)
 }
 
 /// Whether a change that follows the header also passes what Automerge checks when it
@@ -459,7 +424,7 @@ mod tests {
     }
 
     fn loaded_json(stored: &[u8]) -> serde_json::Value {
-        json::document(&load_stored(stored).unwrap(), None).unwrap()
+        crate::json::document(&load_stored(stored).unwrap(), None).unwrap()
     }
 
     #[test]
@@ -483,14 +448,16 @@ mod tests {
     }
 
     #[test]
-    fn a_text_edit_is_loaded_and_applied_and_the_json_kept() {
+    fn a_text_edit_is_appended_and_patches_the_json() {
         let (mut client, stored) = titled();
         let heads = client.get_heads();
         let text = client.get(ROOT, "text").unwrap().unwrap().1;
         client.splice_text(&text, 5, 0, " world").unwrap();
+        client.splice_text(&text, 0, 1, "H").unwrap();
         let written = apply(&stored, &client.save_after(&heads), WriteSettings::UNLIMITED).unwrap();
-        assert_eq!(appended(&written), 0, "saved anew");
-        assert_eq!(kept_json(&written).unwrap()["text"], "hello world");
+        assert_eq!(appended(&written), 1, "appended, not re-saved");
+        assert_eq!(kept_json(&written).unwrap()["text"], "Hello world");
+        assert_eq!(kept_json(&written).unwrap(), loaded_json(&written));
     }
 
     #[test]

@@ -1,0 +1,155 @@
+//! The writes real clients send append without a load, and exactly: a client makes its
+//! edits the JS way (strings as text objects, splices, marks, block splits, nested map
+//! fields, list inserts and deletes, lists of maps with text, counters), and a server copy
+//! takes each change through the structure index while another takes it the naive way
+//! (load, apply, save). After every write both show the same heads, JSON and spans; the
+//! index the fast copy kept equals the index built from a fresh save of its document; and
+//! every change of one client on the stored heads was appended, not loaded.
+
+use automerge::marks::{ExpandMark, Mark};
+use automerge::transaction::Transactable;
+use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
+use fixtures::wrong_changes::{client_document, honest_edit, Choices};
+use pg_automerge_core::document::{load_stored, stored_from_client_bytes, WriteSettings};
+use pg_automerge_core::kept_json::{self, TextJson};
+use pg_automerge_core::structure::{self, Structure};
+use pg_automerge_core::{format, json, spans, writes};
+use proptest::prelude::*;
+
+mod support;
+use support::assert_loads;
+
+const FAST: WriteSettings = WriteSettings { append_limit: 1000, ..WriteSettings::UNLIMITED };
+const NAIVE: WriteSettings =
+    WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
+
+fn appended(stored: &[u8]) -> u32 {
+    format::decode(stored).unwrap().kept.unwrap().appended_changes
+}
+
+fn kept_index(stored: &[u8]) -> Structure {
+    let kept = format::decode(stored).unwrap().kept.unwrap();
+    Structure::decode(&kept.structure.expect("an index is kept")).expect("the index reads")
+}
+
+/// Heads, JSON and the spans of every text object, from a load.
+fn loaded_state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value, Vec<String>) {
+    let doc = load_stored(stored).unwrap();
+    let json = json::document(&doc, None).unwrap();
+    let mut texts = Vec::new();
+    for key in ["title", "content", "note", "status"] {
+        if let Ok(spans) = spans::spans(&doc, &[key.into()], None) {
+            texts.push(spans.to_string());
+        }
+    }
+    (doc.get_heads(), json, texts)
+}
+
+/// Edits the JS client makes that the shared honest edits do not: a block split in the
+/// content, a splice into a list item's text, a nested field of a list item, an emoji.
+fn more_edit(doc: &mut AutoCommit, choices: &mut Choices<'_>) -> Option<automerge::ChangeHash> {
+    match choices.below(3) {
+        0 => {
+            let content = doc.get(ROOT, "content").ok()??.1;
+            let at = choices.below(doc.length(&content) + 1);
+            doc.split_block(&content, at).ok()?;
+            let block = doc.get(&content, at).ok()??.1;
+            doc.put(&block, "type", "paragraph").ok()?;
+        }
+        1 => {
+            let items = doc.get(ROOT, "items").ok()??.1;
+            let len = doc.length(&items);
+            let item = doc.get(&items, choices.below(len.max(1))).ok()??.1;
+            match doc.get(&item, "text").ok()? {
+                Some((_, text)) => {
+                    let len = doc.length(&text);
+                    doc.splice_text(&text, choices.below(len + 1), 0, "👍 x").ok()?;
+                }
+                None => return None,
+            }
+            doc.put(&item, "done", true).ok()?;
+        }
+        _ => {
+            let content = doc.get(ROOT, "content").ok()??.1;
+            let len = doc.length(&content);
+            if len > 2 {
+                let start = choices.below(len - 1);
+                let mark = Mark::new("italic".into(), true, start, start + 1);
+                doc.mark(&content, mark, ExpandMark::Both).ok()?;
+            }
+            doc.put_object(ROOT, "tags", ObjType::List).ok()?;
+        }
+    }
+    doc.commit()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn a_clients_edits_append_and_match_load_apply_save(
+        bytes in proptest::collection::vec(any::<u8>(), 64..400),
+    ) {
+        let mut client = client_document(1);
+        let mut fast = stored_from_client_bytes(&client.save(), FAST).unwrap();
+        let mut naive = stored_from_client_bytes(&client.save(), NAIVE).unwrap();
+        let mut choices = Choices::new(&bytes);
+        let mut made_changes = 0;
+        for round in 0..24 {
+            let heads = client.get_heads();
+            let made = match choices.below(4) {
+                0 => more_edit(&mut client, &mut choices),
+                _ => honest_edit(&mut client, &mut choices),
+            };
+            if made.is_none() {
+                continue;
+            }
+            made_changes += 1;
+            let change = client.save_after(&heads);
+            let before = appended(&fast);
+            fast = writes::apply(&fast, &change, FAST).unwrap();
+            naive = writes::apply(&naive, &change, NAIVE).unwrap();
+            prop_assert_eq!(appended(&fast), before + 1, "round {}: the change was loaded", round);
+            prop_assert_eq!(loaded_state(&fast), loaded_state(&naive));
+            let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
+            prop_assert_eq!(&kept, &json::document(&load_stored(&fast).unwrap(), None).unwrap());
+            let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
+            prop_assert_eq!(kept_index(&fast).canonical(), rebuilt.canonical());
+            assert_loads(&fast);
+        }
+        prop_assert_eq!(appended(&fast), made_changes);
+    }
+}
+
+#[test]
+fn the_index_of_a_save_shows_its_texts_lists_and_maps() {
+    let mut doc = client_document(1);
+    let content = doc.get(ROOT, "content").unwrap().unwrap().1;
+    doc.split_block(&content, 3).unwrap();
+    doc.splice_text(&content, 0, 2, "").unwrap();
+    let structure = Structure::of_save(&doc.save()).unwrap().0;
+    for key in ["title", "content", "meta", "items"] {
+        let id = doc.get(ROOT, key).unwrap().unwrap().1;
+        let automerge::ObjId::Id(counter, actor, _) = id.clone() else {
+            panic!("{key} is an object")
+        };
+        let actor = structure.actors.iter().position(|known| *known == actor).unwrap() as u32;
+        let obj = structure::OpId { counter, actor };
+        assert_eq!(
+            structure.path(obj),
+            Some(vec![kept_json::Step::Key(key.into())]),
+            "{key} shows at its key"
+        );
+        let shown: u64 = match &structure.objects[&obj].body {
+            structure::Body::Seq(runs) => runs.iter().map(|run| run.len * run.width()).sum(),
+            structure::Body::Map(keys) => keys.len() as u64,
+            structure::Body::Opaque => panic!("{key} is indexed"),
+        };
+        let expected = match doc.object_type(&id).unwrap() {
+            ObjType::Text => doc.text(&id).unwrap().chars().count(),
+            ObjType::List => doc.length(&id),
+            _ => doc.keys(&id).count(),
+        };
+        assert_eq!(shown, expected as u64, "{key}");
+    }
+}
