@@ -64,6 +64,11 @@ impl JsonEdit {
         }
     }
 
+    /// The same edit at another path: inside a value, at the path relative to it.
+    pub fn at(&self, path: &[Step]) -> JsonEdit {
+        self.relative(path.to_vec())
+    }
+
     fn relative(&self, path: Vec<Step>) -> JsonEdit {
         match self {
             JsonEdit::Set(_, value) => JsonEdit::Set(path, value.clone()),

@@ -672,8 +672,7 @@ fn insert_element(
             (index, at + 1, offset + runs[index].state.width())
         }
     };
-    loop {
-        let Some(run) = runs.get(index) else { break };
+    while let Some(run) = runs.get(index) {
         if into == run.len {
             (index, into) = (index + 1, 0);
             continue;

@@ -1,13 +1,14 @@
 //! The document's JSON kept as PostgreSQL's binary `jsonb`: built, read back and patched by
-//! PostgreSQL's own functions (`jsonb_in`, `jsonb_out`, `jsonb_concat`, `jsonb_delete`), so
-//! that the `jsonb` cast hands the kept bytes to the operators as they are, with no parse.
+//! PostgreSQL's own functions (`jsonb_in`, `jsonb_out`, `jsonb_set`, `jsonb_insert`,
+//! `jsonb_delete_path`), so that the `jsonb` cast hands the kept bytes to the operators as
+//! they are, with no parse.
 //! The core decides what the JSON is and when it changes (see
 //! `pg_automerge_core::kept_json`); this is how it is written down.
 
 use std::ffi::CStr;
 
 use pg_automerge_core::format::{JsonLayout, KeptJson};
-use pg_automerge_core::kept_json::{JsonCodec, RootEdit};
+use pg_automerge_core::kept_json::{JsonCodec, JsonEdit, Step};
 use pg_automerge_core::Error;
 use pgrx::{pg_sys, IntoDatum};
 use serde_json::Value as Json;
@@ -16,9 +17,6 @@ use serde_json::Value as Json;
 pub static JSONB: JsonbCodec = JsonbCodec;
 
 pub struct JsonbCodec;
-
-/// The flag that marks a `jsonb` container's root as an object (`JB_FOBJECT`).
-const JB_FOBJECT: u32 = 0x2000_0000;
 
 impl JsonCodec for JsonbCodec {
     fn layout(&self) -> JsonLayout {
@@ -45,24 +43,55 @@ impl JsonCodec for JsonbCodec {
             .map_err(|err| Error::CorruptStoredValue(format!("kept jsonb does not read: {err}")))
     }
 
-    fn patch_root(&self, raw: &[u8], edits: &[RootEdit]) -> Result<Option<Vec<u8>>, Error> {
-        let root = raw.get(..4).map(|header| u32::from_le_bytes(header.try_into().unwrap()));
-        if root.is_none_or(|header| header & JB_FOBJECT == 0) {
-            return Ok(None);
-        }
+    /// Each edit through PostgreSQL's own path functions (`jsonb_set`, `jsonb_insert`,
+    /// `jsonb_delete_path`), so that the JSON is never printed or parsed whole; a splice
+    /// or an increment reads the one value it changes.
+    fn patch(&self, raw: &[u8], edits: &[JsonEdit]) -> Result<Option<Vec<u8>>, Error> {
         let mut datum = jsonb_datum(raw);
-        let puts: serde_json::Map<String, Json> =
-            edits.iter().filter_map(|(key, value)| Some((key.clone(), value.clone()?))).collect();
-        if !puts.is_empty() {
-            let puts = jsonb_from_text(&Json::Object(puts).to_string());
-            datum = call(pg_sys::jsonb_concat, datum, puts);
-        }
-        for (key, _) in edits.iter().filter(|(_, value)| value.is_none()) {
-            let key = key.as_str().into_datum().expect("text is never null");
-            datum = call(pg_sys::jsonb_delete, datum, key);
+        for edit in edits {
+            let path = path_datum(edit.path());
+            datum = match edit {
+                JsonEdit::Set(_, value) => {
+                    let value = jsonb_from_text(&value.to_string());
+                    call(pg_sys::jsonb_set, datum, &[path, value, true.into_datum().unwrap()])
+                }
+                JsonEdit::Insert(_, value) => {
+                    let value = jsonb_from_text(&value.to_string());
+                    call(pg_sys::jsonb_insert, datum, &[path, value, false.into_datum().unwrap()])
+                }
+                JsonEdit::Remove(_) => call(pg_sys::jsonb_delete_path, datum, &[path]),
+                JsonEdit::Splice(..) | JsonEdit::Increment(..) => {
+                    // SAFETY: a jsonb datum and a text[] path; the result may be null.
+                    let found = unsafe {
+                        pgrx::direct_function_call_as_datum(
+                            pg_sys::jsonb_extract_path,
+                            &[Some(datum), Some(path)],
+                        )
+                    };
+                    let Some(found) = found else { return Ok(None) };
+                    let mut value = self.decode(&take_bytes(found))?;
+                    if !edit.at(&[]).apply(&mut value) {
+                        return Ok(None);
+                    }
+                    let value = jsonb_from_text(&value.to_string());
+                    call(pg_sys::jsonb_set, datum, &[path, value, false.into_datum().unwrap()])
+                }
+            };
         }
         Ok(Some(take_bytes(datum)))
     }
+}
+
+/// A path as the `text[]` that the jsonb path functions take.
+fn path_datum(path: &[Step]) -> pg_sys::Datum {
+    let steps: Vec<String> = path
+        .iter()
+        .map(|step| match step {
+            Step::Key(key) => key.clone(),
+            Step::Index(index) => index.to_string(),
+        })
+        .collect();
+    steps.into_datum().expect("an array is never null")
 }
 
 /// A `jsonb` datum in palloc'd memory holding `raw`, the data of a kept `jsonb`.
@@ -114,19 +143,21 @@ pub fn jsonb_from_text(text: &str) -> pg_sys::Datum {
     }
 }
 
-/// `function(left, right)` of two datums; the left one is freed unless returned (the jsonb
-/// functions return an argument as it is when the other is empty).
+/// `function(json, rest…)`; `json` is freed unless returned (the jsonb functions return
+/// their input as it is when they change nothing).
 fn call(
     function: unsafe fn(pg_sys::FunctionCallInfo) -> pg_sys::Datum,
-    left: pg_sys::Datum,
-    right: pg_sys::Datum,
+    json: pg_sys::Datum,
+    rest: &[pg_sys::Datum],
 ) -> pg_sys::Datum {
-    // SAFETY: both are valid datums of the types `function` takes; neither is null.
+    let args: Vec<Option<pg_sys::Datum>> =
+        std::iter::once(json).chain(rest.iter().copied()).map(Some).collect();
+    // SAFETY: valid datums of the types `function` takes; none is null.
     unsafe {
-        let result = pgrx::direct_function_call_as_datum(function, &[Some(left), Some(right)])
+        let result = pgrx::direct_function_call_as_datum(function, &args)
             .expect("jsonb functions of non-null arguments return a value");
-        if result != left && result != right {
-            pg_sys::pfree(left.cast_mut_ptr());
+        if result != json {
+            pg_sys::pfree(json.cast_mut_ptr());
         }
         result
     }

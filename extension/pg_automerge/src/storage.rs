@@ -69,7 +69,7 @@ fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
 #[pg_schema]
 mod tests {
     use automerge::transaction::Transactable;
-    use automerge::{AutoCommit, ReadDoc, ROOT};
+    use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
     use pgrx::datum::DatumWithOid;
     use pgrx::prelude::*;
     use pgrx::JsonB;
@@ -123,13 +123,45 @@ mod tests {
         Spi::run("UPDATE docs SET doc = automerge_compact(doc)").unwrap();
         assert_eq!(storage(), (3, true, 0));
         assert_eq!(json_of_row(), expected_json(&mut client));
-        // A list edit cannot be checked from the header: loaded, applied and saved anew.
-        let heads = client.get_heads();
+        // The edits a JS client sends append too, each patching the kept jsonb at its
+        // path without a load: a list insert and delete, a string set as a text object,
+        // a splice into it, a nested object made with content, a field of it, a counter.
+        let loads =
+            || Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()").unwrap().unwrap();
+        Spi::run("SELECT automerge_memory_reset()").unwrap();
         let tags = client.get(ROOT, "tags").unwrap().unwrap().1;
-        client.insert(&tags, 0, "urgent").unwrap();
-        write_since(&mut client, &heads);
-        assert_eq!(storage(), (3, true, 0));
-        assert_eq!(json_of_row(), expected_json(&mut client));
+        let edits: [&dyn Fn(&mut AutoCommit); 7] = [
+            &|c| drop(c.insert(&tags, 0, "urgent").unwrap()),
+            &|c| c.delete(&tags, 1).unwrap(),
+            &|c| {
+                let title = c.put_object(ROOT, "title", ObjType::Text).unwrap();
+                c.splice_text(&title, 0, 0, "Launch 🚀 plan").unwrap();
+            },
+            &|c| {
+                let title = c.get(ROOT, "title").unwrap().unwrap().1;
+                c.splice_text(&title, 0, 6, "Ship").unwrap();
+            },
+            &|c| {
+                let owner = c.put_object(ROOT, "owner", ObjType::Map).unwrap();
+                c.put(&owner, "name", "ana").unwrap();
+                let roles = c.put_object(&owner, "roles", ObjType::List).unwrap();
+                c.insert(&roles, 0, "lead").unwrap();
+            },
+            &|c| {
+                let owner = c.get(ROOT, "owner").unwrap().unwrap().1;
+                c.put(&owner, "name", "bo").unwrap();
+            },
+            &|c| c.increment(ROOT, "views", 4).unwrap(),
+        ];
+        for (n, edit) in edits.iter().enumerate() {
+            let heads = client.get_heads();
+            edit(&mut client);
+            write_since(&mut client, &heads);
+            assert_eq!(storage(), (3, true, n as i64 + 1), "edit {n} appended");
+            assert_eq!(json_of_row(), expected_json(&mut client), "edit {n}");
+        }
+        assert_eq!(loads(), 0);
+        assert_eq!(json_of_row()["title"], "Ship 🚀 plan");
     }
 
     #[pg_test]
