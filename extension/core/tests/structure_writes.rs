@@ -121,6 +121,41 @@ proptest! {
     }
 }
 
+/// Sessions of changes that `@automerge/automerge` 3 made (examples/node-client/
+/// edit-fixtures.mjs; the Node.js test step checks they are current): one client's edits
+/// of every kind on the stored heads, each appended; two clients typing at once, whose
+/// concurrent changes may load. Either way the result is load-apply-save's.
+#[test]
+fn changes_made_by_the_js_client_append_and_match_load_apply_save() {
+    let sessions: serde_json::Value =
+        serde_json::from_str(include_str!("../../../fixtures/js/edits.json")).unwrap();
+    let unhex = |value: &serde_json::Value| hex::decode(value.as_str().unwrap()).unwrap();
+    for session in sessions.as_array().unwrap() {
+        let name = session["name"].as_str().unwrap();
+        let save = unhex(&session["save"]);
+        let mut fast = stored_from_client_bytes(&save, FAST).unwrap();
+        let mut naive = stored_from_client_bytes(&save, NAIVE).unwrap();
+        let changes = session["changes"].as_array().unwrap();
+        assert!(changes.len() > 4, "{name}");
+        for (n, change) in changes.iter().map(unhex).enumerate() {
+            let before = appended(&fast);
+            fast = writes::apply(&fast, &change, FAST).unwrap();
+            naive = writes::apply(&naive, &change, NAIVE).unwrap();
+            if name == "one client" {
+                assert_eq!(appended(&fast), before + 1, "{name}: change {n} was loaded");
+            }
+            assert_eq!(loaded_state(&fast), loaded_state(&naive), "{name}: change {n}");
+            let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
+            assert_eq!(kept, json::document(&load_stored(&fast).unwrap(), None).unwrap());
+            if appended(&fast) > 0 {
+                let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
+                assert_eq!(kept_index(&fast).canonical(), rebuilt.canonical(), "{name}: {n}");
+            }
+            assert_loads(&fast);
+        }
+    }
+}
+
 #[test]
 fn the_index_of_a_save_shows_its_texts_lists_and_maps() {
     let mut doc = client_document(1);
