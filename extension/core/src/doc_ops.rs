@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::io::Read;
 
 use automerge::ActorId;
+use smallvec::SmallVec;
 
 use crate::{chunk, leb128, Error};
 
@@ -87,7 +88,7 @@ pub struct RawOp<'a> {
     pub insert: bool,
     pub action: u64,
     pub value: RawValue<'a>,
-    pub succ: Vec<RawOpId>,
+    pub succ: SmallVec<[RawOpId; 2]>,
     /// Set on the operation that begins a mark.
     pub mark_name: Option<&'a str>,
 }
@@ -249,7 +250,7 @@ impl<'a> Rows<'a> {
         let action = self.action.next()?.flatten().ok_or_else(|| corrupt("no action"))?;
         let value = self.value()?;
         let succ_count = self.succ_count.next()?.flatten().unwrap_or(0);
-        let mut succ = Vec::with_capacity(succ_count.min(64) as usize);
+        let mut succ = SmallVec::new();
         for _ in 0..succ_count {
             let (actor, counter) = (self.succ_actor.next()?.flatten(), self.succ_counter.next()?);
             succ.push(self.op_id(counter.flatten(), actor)?.ok_or_else(|| corrupt("a succ"))?);
@@ -450,7 +451,7 @@ mod tests {
         let keys: Vec<_> = root.iter().map(|op| op.key).collect();
         assert_eq!(keys, ["list", "n", "n", "text", "title", "title"].map(RawKey::Map).to_vec());
         assert_eq!(root[4].value, RawValue::Str("Draft"));
-        assert_eq!(root[4].succ, vec![root[5].id]);
+        assert_eq!(root[4].succ.as_slice(), &[root[5].id]);
         assert_eq!(root[1].value, RawValue::Counter(0));
         assert_eq!(root[2].action, action::INCREMENT);
         // The text's characters in order, the deleted one with its deletion as successor.

@@ -131,7 +131,7 @@ mod tests {
         Spi::run("SELECT automerge_memory_reset()").unwrap();
         let tags = client.get(ROOT, "tags").unwrap().unwrap().1;
         let edits: [&dyn Fn(&mut AutoCommit); 7] = [
-            &|c| drop(c.insert(&tags, 0, "urgent").unwrap()),
+            &|c| c.insert(&tags, 0, "urgent").unwrap(),
             &|c| c.delete(&tags, 1).unwrap(),
             &|c| {
                 let title = c.put_object(ROOT, "title", ObjType::Text).unwrap();

@@ -14,15 +14,24 @@
 //! operations) makes the object opaque: writes that touch it load.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use smallvec::SmallVec;
 
 use automerge::legacy::{ElementId, Key, ObjectId, OpType};
 use automerge::{ActorId, Change, ObjType};
 use serde_json::Value as Json;
 
-use crate::doc_ops::{action, DocumentOps, RawKey, RawOp, RawOpId, RawValue};
+use crate::doc_ops::action;
 use crate::guard::no_panic;
+use crate::json;
 use crate::kept_json::{JsonEdit, Step};
-use crate::{json, leb128};
+
+mod build;
+mod encoding;
+mod runs;
+
+use runs::{find, insert_element, set_element_state};
 
 /// An operation id: its counter and its actor's index in [`Structure::actors`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,7 +41,7 @@ pub struct OpId {
 }
 
 /// The root map's id.
-const ROOT: OpId = OpId { counter: 0, actor: 0 };
+pub(crate) const ROOT: OpId = OpId { counter: 0, actor: 0 };
 
 /// What a current operation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,15 +98,57 @@ pub struct ValueOp {
     pub kind: ValueKind,
 }
 
+/// A map key, shared by every map that has it.
+pub type KeyName = Rc<str>;
+
+/// The current operations of a key or element: usually one.
+pub type Values = SmallVec<[ValueOp; 1]>;
+
+/// A map's keys in order, each with its current operations (never none).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MapKeys(Vec<(KeyName, Values)>);
+
+impl MapKeys {
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(known, _)| known.as_ref().cmp(key))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Values> {
+        self.position(key).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Sets `key`'s operations; none removes it.
+    pub fn set(&mut self, key: KeyName, values: Values) {
+        match (self.position(&key), values.is_empty()) {
+            (Ok(at), true) => drop(self.0.remove(at)),
+            (Ok(at), false) => self.0[at].1 = values,
+            (Err(_), true) => {}
+            (Err(at), false) => self.0.insert(at, (key, values)),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &(KeyName, Values)> {
+        self.0.iter()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParentKey {
-    Map(String),
+    Map(KeyName),
     Elem(OpId),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
-    Map(BTreeMap<String, Vec<ValueOp>>),
+    Map(MapKeys),
     Seq(Vec<Run>),
     /// What the index does not model: writes that touch it load.
     Opaque,
@@ -128,7 +179,7 @@ pub enum ElemState {
     /// Deleted elements and mark boundaries.
     Hidden,
     /// One element whose current values were put after its insertion.
-    Values { width: u32, values: Vec<ValueOp> },
+    Values { width: u32, values: Values },
 }
 
 impl Run {
@@ -158,45 +209,11 @@ pub struct Structure {
 const BLOCK_MARKER: char = '\u{fffc}';
 
 impl Structure {
-    /// The index of the document whose save `save` starts with, and the largest operation
-    /// counter in it; `None` when the save is not one this build reads.
-    pub fn of_save(save: &[u8]) -> Option<(Structure, u64)> {
-        let ops = DocumentOps::read(save).ok()?;
-        let mut builder = Builder::new(ops.actors.clone());
-        let mut group: Vec<RawOp<'_>> = Vec::new();
-        let mut max_op = 0;
-        for op in ops.iter() {
-            let op = op.ok()?;
-            // Deletions are not stored: their counters are in their targets' successors.
-            max_op = op.succ.iter().fold(max_op.max(op.id.0), |max, succ| max.max(succ.0));
-            let same = group.first().is_some_and(|first| {
-                first.obj == op.obj
-                    && match (first.key, op.key) {
-                        (RawKey::Map(a), RawKey::Map(b)) => a == b,
-                        // An element's insertion, then the operations on it.
-                        (_, RawKey::Elem(elem)) if !op.insert => {
-                            first.insert && builder.id(first.id) == builder.id(elem)
-                        }
-                        _ => false,
-                    }
-            });
-            if !same && !group.is_empty() {
-                builder.group(&group)?;
-                group.clear();
-            }
-            group.push(op);
-        }
-        if !group.is_empty() {
-            builder.group(&group)?;
-        }
-        Some((builder.structure, max_op))
-    }
-
     /// An index of the root map alone, from what format version 2 kept: every other
     /// object is unknown, so writes that touch one load.
     pub fn of_root_table(root: &BTreeMap<String, Vec<(u64, ActorId)>>) -> Structure {
         let mut structure = Structure::default();
-        let mut keys = BTreeMap::new();
+        let mut keys = MapKeys::default();
         for (key, ops) in root {
             let values = ops
                 .iter()
@@ -205,7 +222,7 @@ impl Structure {
                     kind: ValueKind::Unknown,
                 })
                 .collect();
-            keys.insert(key.clone(), values);
+            keys.0.push((key.as_str().into(), values));
         }
         structure
             .objects
@@ -224,7 +241,7 @@ impl Structure {
                     .iter()
                     .map(|value| (value.id.counter, self.actors[value.id.actor as usize].clone()))
                     .collect();
-                (key.clone(), ops)
+                (key.to_string(), ops)
             })
             .collect()
     }
@@ -240,8 +257,8 @@ impl Structure {
             .map(|actor| actors.iter().position(|a| a == actor).unwrap_or_default() as u32)
             .collect();
         let id = |id: OpId| OpId { actor: map[id.actor as usize], ..id };
-        let values = |values: &[ValueOp]| -> Vec<ValueOp> {
-            let mut values: Vec<ValueOp> =
+        let values = |values: &[ValueOp]| -> Values {
+            let mut values: Values =
                 values.iter().map(|value| ValueOp { id: id(value.id), ..*value }).collect();
             values.sort_by_key(|value| value.id);
             values
@@ -258,9 +275,9 @@ impl Structure {
                     (id(*parent), key)
                 });
                 let body = match &object.body {
-                    Body::Map(keys) => Body::Map(
+                    Body::Map(keys) => Body::Map(MapKeys(
                         keys.iter().map(|(key, current)| (key.clone(), values(current))).collect(),
-                    ),
+                    )),
                     Body::Seq(runs) => Body::Seq(
                         runs.iter()
                             .map(|run| {
@@ -359,22 +376,19 @@ impl Structure {
         let path = self.path(obj);
         match (&op.key, op.insert, kind) {
             (Key::Map(key), false, ObjKind::Map | ObjKind::Table) => {
-                let key = key.to_string();
-                let Body::Map(keys) = &mut self.objects.get_mut(&obj)?.body else { return None };
+                let key: KeyName = key.as_str().into();
+                let Body::Map(keys) = &self.objects.get(&obj)?.body else { return None };
                 let mut current = keys.get(&key).cloned().unwrap_or_default();
                 let before = self.winner(&current);
                 let (after, increment) = self.replace(&mut current, &pred, value, &op.action)?;
                 let Body::Map(keys) = &mut self.objects.get_mut(&obj)?.body else { return None };
-                match current.is_empty() {
-                    true => keys.remove(&key),
-                    false => keys.insert(key.clone(), current),
-                };
+                keys.set(key.clone(), current);
                 if let Some(ValueOp { id, kind: ValueKind::Object(kind) }) = value {
                     let parent = Some((obj, ParentKey::Map(key.clone())));
                     self.objects.insert(id, Object { kind, parent, body: kind.empty_body() });
                 }
                 let Some(mut path) = path else { return Some(()) };
-                path.push(Step::Key(key));
+                path.push(Step::Key(key.to_string()));
                 match (before, after, increment) {
                     (_, _, Some(by)) => {
                         if before.is_some_and(|winner| Some(winner.id) == pred.first().copied()) {
@@ -439,8 +453,10 @@ impl Structure {
                 let state = runs[at.0].state.clone();
                 let old_width = state.width();
                 let mut current = match &state {
-                    ElemState::Shown { kind, .. } => vec![ValueOp { id: elem, kind: *kind }],
-                    ElemState::Hidden => Vec::new(),
+                    ElemState::Shown { kind, .. } => {
+                        Values::from_buf([ValueOp { id: elem, kind: *kind }])
+                    }
+                    ElemState::Hidden => Values::new(),
                     ElemState::Values { values, .. } => values.clone(),
                 };
                 let before = self.winner(&current);
@@ -513,7 +529,7 @@ impl Structure {
     /// one counter and leaves it current.
     fn replace(
         &self,
-        current: &mut Vec<ValueOp>,
+        current: &mut Values,
         pred: &[OpId],
         value: Option<ValueOp>,
         action: &OpType,
@@ -552,7 +568,7 @@ impl Structure {
                     if self.winner(keys.get(key)?)?.id != obj {
                         return None;
                     }
-                    steps.push(Step::Key(key.clone()));
+                    steps.push(Step::Key(key.to_string()));
                 }
                 (ParentKey::Elem(elem), Body::Seq(runs)) if parent_obj.kind == ObjKind::List => {
                     let (at, offset) = find(runs, *elem)?;
@@ -583,116 +599,10 @@ fn with(mut path: Vec<Step>, step: Step) -> Vec<Step> {
 impl ObjKind {
     fn empty_body(self) -> Body {
         match self {
-            ObjKind::Map | ObjKind::Table => Body::Map(BTreeMap::new()),
+            ObjKind::Map | ObjKind::Table => Body::Map(MapKeys::default()),
             ObjKind::List | ObjKind::Text => Body::Seq(Vec::new()),
         }
     }
-}
-
-/// The run holding element `elem` and its position in it, and the element's offset: the
-/// widths of the shown elements before it.
-fn find(runs: &[Run], elem: OpId) -> Option<((usize, u64), u64)> {
-    let mut offset = 0u64;
-    for (index, run) in runs.iter().enumerate() {
-        if run.actor == elem.actor
-            && run.start <= elem.counter
-            && elem.counter < run.start + run.len
-        {
-            let at = elem.counter - run.start;
-            return Some(((index, at), offset + at * run.state.width()));
-        }
-        offset += run.len * run.state.width();
-    }
-    None
-}
-
-/// Splits runs so that the element at `at` is a run of its own, and gives it `state`.
-fn set_element_state(runs: &mut Vec<Run>, (index, into): (usize, u64), state: ElemState) {
-    let run = runs[index].clone();
-    let mut pieces = Vec::with_capacity(3);
-    if into > 0 {
-        pieces.push(Run { len: into, ..run.clone() });
-    }
-    pieces.push(Run { actor: run.actor, start: run.start + into, len: 1, state });
-    if into + 1 < run.len {
-        pieces.push(Run { start: run.start + into + 1, len: run.len - into - 1, ..run });
-    }
-    replace_runs(runs, index, 1, pieces);
-}
-
-/// Replaces `remove` runs at `index` with `pieces`, then joins runs around them whose ids
-/// follow on in one state, so that runs stay as few as a fresh build makes them.
-fn replace_runs(runs: &mut Vec<Run>, index: usize, remove: usize, pieces: Vec<Run>) {
-    let added = pieces.len();
-    runs.splice(index..index + remove, pieces);
-    let low = index.saturating_sub(1);
-    let mut at = (index + added).min(runs.len().saturating_sub(1));
-    while at > low {
-        if joins(&runs[at - 1], &runs[at]) {
-            let run = runs.remove(at);
-            runs[at - 1].len += run.len;
-        }
-        at -= 1;
-    }
-}
-
-fn joins(first: &Run, second: &Run) -> bool {
-    first.actor == second.actor
-        && first.start + first.len == second.start
-        && first.state == second.state
-        && !matches!(first.state, ElemState::Values { .. })
-}
-
-fn push_run(runs: &mut Vec<Run>, run: Run) {
-    match runs.last_mut() {
-        Some(last) if joins(last, &run) => last.len += run.len,
-        _ => runs.push(run),
-    }
-}
-
-/// Inserts element `id` after `reference` (`None`: at the start) as Automerge orders a
-/// sequence: past the elements right after the reference whose ids are later than the new
-/// one's. Returns the new element's offset.
-fn insert_element(
-    runs: &mut Vec<Run>,
-    reference: Option<OpId>,
-    id: OpId,
-    state: ElemState,
-    actors: &[ActorId],
-) -> Option<u64> {
-    let later = |a: OpId, b: OpId| {
-        (a.counter, &actors[a.actor as usize]) > (b.counter, &actors[b.actor as usize])
-    };
-    // Right after the reference: a run's index, how many of its elements come before, and
-    // the offset.
-    let (mut index, mut into, mut offset) = match reference {
-        None => (0, 0, 0),
-        Some(reference) => {
-            let ((index, at), offset) = find(runs, reference)?;
-            (index, at + 1, offset + runs[index].state.width())
-        }
-    };
-    while let Some(run) = runs.get(index) {
-        if into == run.len {
-            (index, into) = (index + 1, 0);
-            continue;
-        }
-        if !later(OpId { counter: run.start + into, actor: run.actor }, id) {
-            break;
-        }
-        offset += run.state.width();
-        into += 1;
-    }
-    let new = Run { actor: id.actor, start: id.counter, len: 1, state };
-    match runs.get(index) {
-        Some(run) if into > 0 => {
-            let head = Run { len: into, ..run.clone() };
-            let tail = Run { start: run.start + into, len: run.len - into, ..run.clone() };
-            replace_runs(runs, index, 1, vec![head, new, tail]);
-        }
-        _ => replace_runs(runs, index, 0, vec![new]),
-    }
-    Some(offset)
 }
 
 /// The JSON edits of one change, joined where they follow on: characters typed one after
@@ -709,379 +619,5 @@ impl Edits {
             }
         }
         self.0.push(edit);
-    }
-}
-
-/// Builds the index from a document's operation groups: a map key's operations, or an
-/// element's insertion and the operations on it.
-struct Builder {
-    structure: Structure,
-}
-
-impl Builder {
-    fn new(actors: Vec<ActorId>) -> Builder {
-        let mut objects = HashMap::new();
-        objects.insert(
-            ROOT,
-            Object { kind: ObjKind::Map, parent: None, body: Body::Map(BTreeMap::new()) },
-        );
-        Builder { structure: Structure { actors, objects } }
-    }
-
-    fn id(&self, (counter, actor): RawOpId) -> OpId {
-        OpId { counter, actor: actor as u32 }
-    }
-
-    fn group(&mut self, group: &[RawOp<'_>]) -> Option<()> {
-        let first = &group[0];
-        let obj = first.obj.map_or(ROOT, |obj| self.id(obj));
-        let increments: Vec<OpId> = group
-            .iter()
-            .filter(|op| op.action == action::INCREMENT)
-            .map(|op| self.id(op.id))
-            .collect();
-        let mut current = Vec::new();
-        for op in group {
-            let kind = match (op.action, op.value) {
-                (action::SET, RawValue::Counter(_)) => ValueKind::Counter,
-                (action::SET, _) => ValueKind::Scalar,
-                (other, _) => match ObjKind::of_action(other) {
-                    Some(kind) => ValueKind::Object(kind),
-                    None => continue,
-                },
-            };
-            let id = self.id(op.id);
-            if let ValueKind::Object(kind) = kind {
-                let key = match op.key {
-                    RawKey::Map(key) => ParentKey::Map(key.to_string()),
-                    RawKey::Elem(_) | RawKey::Head if op.insert => ParentKey::Elem(id),
-                    RawKey::Elem(elem) => ParentKey::Elem(self.id(elem)),
-                    RawKey::Head => return None,
-                };
-                self.structure
-                    .objects
-                    .insert(id, Object { kind, parent: Some((obj, key)), body: kind.empty_body() });
-            }
-            let shown = op
-                .succ
-                .iter()
-                .all(|succ| kind == ValueKind::Counter && increments.contains(&self.id(*succ)));
-            if shown {
-                current.push(ValueOp { id, kind });
-            }
-        }
-        let object = self.structure.objects.get(&obj)?;
-        let text = object.kind == ObjKind::Text;
-        let winner = self.structure.winner(&current);
-        let opaque = match &object.body {
-            Body::Opaque => return Some(()),
-            Body::Map(_) => match first.key {
-                RawKey::Map(key) if !first.insert => {
-                    let Body::Map(keys) = &mut self.structure.objects.get_mut(&obj)?.body else {
-                        return None;
-                    };
-                    if !current.is_empty() {
-                        keys.insert(key.to_string(), current);
-                    }
-                    false
-                }
-                _ => true,
-            },
-            Body::Seq(_) if !first.insert => true,
-            Body::Seq(_) => {
-                let elem = self.id(first.id);
-                let width = match winner {
-                    None => Some(0),
-                    Some(_) if !text => Some(1),
-                    Some(ValueOp { kind: ValueKind::Object(_), .. }) => Some(1),
-                    Some(winner) => {
-                        group.iter().find(|op| self.id(op.id) == winner.id).and_then(|op| match op
-                            .value
-                        {
-                            RawValue::Str(s) => Some(s.chars().count() as u32),
-                            _ => None,
-                        })
-                    }
-                };
-                match width {
-                    None => true,
-                    Some(width) => {
-                        let state = match current.as_slice() {
-                            [] => ElemState::Hidden,
-                            [only] if only.id == elem => {
-                                ElemState::Shown { width, kind: only.kind }
-                            }
-                            _ => ElemState::Values { width, values: current },
-                        };
-                        let Body::Seq(runs) = &mut self.structure.objects.get_mut(&obj)?.body
-                        else {
-                            return None;
-                        };
-                        push_run(
-                            runs,
-                            Run { actor: elem.actor, start: elem.counter, len: 1, state },
-                        );
-                        false
-                    }
-                }
-            }
-        };
-        if opaque {
-            self.structure.objects.get_mut(&obj)?.body = Body::Opaque;
-        }
-        Some(())
-    }
-}
-
-// --- Stored form ---------------------------------------------------------------------
-
-const ENCODING_VERSION: u8 = 1;
-
-impl Structure {
-    /// The stored form: LZ4-compressed, objects in id order so that equal indexes encode
-    /// equally.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![ENCODING_VERSION];
-        let uleb = leb128::write_uleb;
-        let mut body = Vec::new();
-        uleb(&mut body, self.actors.len() as u64);
-        for actor in &self.actors {
-            uleb(&mut body, actor.to_bytes().len() as u64);
-            body.extend_from_slice(actor.to_bytes());
-        }
-        let mut ids: Vec<&OpId> = self.objects.keys().collect();
-        ids.sort();
-        uleb(&mut body, ids.len() as u64);
-        let id = |out: &mut Vec<u8>, id: OpId| {
-            uleb(out, id.counter);
-            uleb(out, u64::from(id.actor));
-        };
-        let string = |out: &mut Vec<u8>, s: &str| {
-            uleb(out, s.len() as u64);
-            out.extend_from_slice(s.as_bytes());
-        };
-        let values = |out: &mut Vec<u8>, values: &[ValueOp]| {
-            uleb(out, values.len() as u64);
-            for value in values {
-                id(out, value.id);
-                out.push(value.kind.code());
-            }
-        };
-        for obj in ids {
-            let object = &self.objects[obj];
-            id(&mut body, *obj);
-            let body_code = match object.body {
-                Body::Map(_) => 0,
-                Body::Seq(_) => 1,
-                Body::Opaque => 2,
-            };
-            body.push(object.kind.code() | body_code << 4);
-            match &object.parent {
-                None => body.push(0),
-                Some((parent, ParentKey::Map(key))) => {
-                    body.push(1);
-                    id(&mut body, *parent);
-                    string(&mut body, key);
-                }
-                Some((parent, ParentKey::Elem(elem))) => {
-                    body.push(2);
-                    id(&mut body, *parent);
-                    id(&mut body, *elem);
-                }
-            }
-            match &object.body {
-                Body::Map(keys) => {
-                    uleb(&mut body, keys.len() as u64);
-                    for (key, current) in keys {
-                        string(&mut body, key);
-                        values(&mut body, current);
-                    }
-                }
-                Body::Seq(runs) => {
-                    uleb(&mut body, runs.len() as u64);
-                    let mut previous = 0i64;
-                    for run in runs {
-                        uleb(&mut body, u64::from(run.actor));
-                        leb128::write_sleb(&mut body, run.start as i64 - previous);
-                        previous = run.start as i64;
-                        uleb(&mut body, run.len);
-                        match &run.state {
-                            ElemState::Hidden => body.push(0),
-                            ElemState::Shown { width, kind } => {
-                                body.push(1);
-                                uleb(&mut body, u64::from(*width));
-                                body.push(kind.code());
-                            }
-                            ElemState::Values { width, values: current } => {
-                                body.push(2);
-                                uleb(&mut body, u64::from(*width));
-                                values(&mut body, current);
-                            }
-                        }
-                    }
-                }
-                Body::Opaque => {}
-            }
-        }
-        out.extend_from_slice(&lz4_flex::compress_prepend_size(&body));
-        out
-    }
-
-    /// The stored form read back; `None` (the writes load) when it does not read.
-    pub fn decode(bytes: &[u8]) -> Option<Structure> {
-        let (&version, compressed) = bytes.split_first()?;
-        if version != ENCODING_VERSION {
-            return None;
-        }
-        // The raw length is bounded, as for the kept JSON, so a corrupt prefix cannot ask
-        // for an unbounded allocation.
-        let raw_len = u32::from_le_bytes(compressed.get(..4)?.try_into().ok()?) as usize;
-        if raw_len > compressed.len().saturating_mul(255) {
-            return None;
-        }
-        let body = lz4_flex::decompress_size_prepended(compressed).ok()?;
-        let mut r = Reader(&body);
-        let mut structure = Structure::default();
-        for _ in 0..r.uleb()? {
-            let len = r.uleb()?;
-            structure.actors.push(ActorId::from(r.take(len)?));
-        }
-        let actors = structure.actors.len() as u64;
-        for _ in 0..r.uleb()? {
-            let obj = r.id(actors)?;
-            let code = r.byte()?;
-            let kind = ObjKind::from_code(code & 0xf)?;
-            let parent = match r.byte()? {
-                0 => None,
-                1 => Some((r.id(actors)?, ParentKey::Map(r.string()?))),
-                2 => Some((r.id(actors)?, ParentKey::Elem(r.id(actors)?))),
-                _ => return None,
-            };
-            let body = match code >> 4 {
-                0 => {
-                    let mut keys = BTreeMap::new();
-                    for _ in 0..r.uleb()? {
-                        let key = r.string()?;
-                        keys.insert(key, r.values(actors)?);
-                    }
-                    Body::Map(keys)
-                }
-                1 => {
-                    let mut runs = Vec::new();
-                    let mut previous = 0i64;
-                    for _ in 0..r.uleb()? {
-                        let actor =
-                            u32::try_from(r.uleb()?).ok().filter(|a| u64::from(*a) < actors)?;
-                        previous = previous.checked_add(r.sleb()?)?;
-                        let len = r.uleb()?;
-                        let state = match r.byte()? {
-                            0 => ElemState::Hidden,
-                            1 => ElemState::Shown {
-                                width: r.u32()?,
-                                kind: ValueKind::from_code(r.byte()?)?,
-                            },
-                            2 => ElemState::Values { width: r.u32()?, values: r.values(actors)? },
-                            _ => return None,
-                        };
-                        runs.push(Run { actor, start: u64::try_from(previous).ok()?, len, state });
-                    }
-                    Body::Seq(runs)
-                }
-                2 => Body::Opaque,
-                _ => return None,
-            };
-            structure.objects.insert(obj, Object { kind, parent, body });
-        }
-        r.0.is_empty().then_some(structure)
-    }
-}
-
-impl ObjKind {
-    fn code(self) -> u8 {
-        match self {
-            ObjKind::Map => 0,
-            ObjKind::Table => 1,
-            ObjKind::List => 2,
-            ObjKind::Text => 3,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<ObjKind> {
-        [ObjKind::Map, ObjKind::Table, ObjKind::List, ObjKind::Text].get(code as usize).copied()
-    }
-}
-
-impl ValueKind {
-    fn code(self) -> u8 {
-        match self {
-            ValueKind::Scalar => 0,
-            ValueKind::Counter => 1,
-            ValueKind::Unknown => 2,
-            ValueKind::Object(kind) => 3 + kind.code(),
-        }
-    }
-
-    fn from_code(code: u8) -> Option<ValueKind> {
-        Some(match code {
-            0 => ValueKind::Scalar,
-            1 => ValueKind::Counter,
-            2 => ValueKind::Unknown,
-            other => ValueKind::Object(ObjKind::from_code(other.checked_sub(3)?)?),
-        })
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    fn uleb(&mut self) -> Option<u64> {
-        let (value, rest) = leb128::split_uleb(self.0)?;
-        self.0 = rest;
-        Some(value)
-    }
-
-    fn sleb(&mut self) -> Option<i64> {
-        let mut bytes = self.0.iter();
-        let value = leb128::read_sleb(|| bytes.next().copied())?;
-        self.0 = bytes.as_slice();
-        Some(value)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        u32::try_from(self.uleb()?).ok()
-    }
-
-    fn take(&mut self, len: u64) -> Option<&'a [u8]> {
-        let len = usize::try_from(len).ok().filter(|len| *len <= self.0.len())?;
-        let (taken, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Some(taken)
-    }
-
-    fn string(&mut self) -> Option<String> {
-        let len = self.uleb()?;
-        String::from_utf8(self.take(len)?.to_vec()).ok()
-    }
-
-    fn id(&mut self, actors: u64) -> Option<OpId> {
-        let counter = self.uleb()?;
-        let actor = self.uleb()?;
-        (actor < actors.max(1)).then_some(OpId { counter, actor: actor as u32 })
-    }
-
-    fn values(&mut self, actors: u64) -> Option<Vec<ValueOp>> {
-        let count = self.uleb()?;
-        let mut values = Vec::with_capacity(count.min(16) as usize);
-        for _ in 0..count {
-            let id = self.id(actors)?;
-            values.push(ValueOp { id, kind: ValueKind::from_code(self.byte()?)? });
-        }
-        Some(values)
     }
 }

@@ -1,0 +1,490 @@
+//! The index's stored form: one stream per field (ids as differences from their
+//! neighbours, map keys as indexes into a table of key strings), so that like values sit
+//! together, then DEFLATE over all of it. Objects go in id order, so equal indexes encode
+//! equally.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::rc::Rc;
+
+use automerge::ActorId;
+use flate2::read::DeflateDecoder;
+use flate2::write::DeflateEncoder;
+
+use super::{
+    Body, ElemState, KeyName, MapKeys, ObjKind, Object, OpId, ParentKey, Run, Structure, ValueKind,
+    ValueOp, Values,
+};
+use crate::leb128;
+
+const ENCODING_VERSION: u8 = 2;
+
+/// DEFLATE makes at most about 1,032 bytes of each byte it reads: a raw length beyond that
+/// is corrupt, and is refused before anything is allocated for it.
+const MAX_INFLATION: usize = 1100;
+
+/// The streams, in the order they are written.
+#[derive(Default)]
+struct Streams {
+    actors: Vec<u8>,
+    keys: Vec<u8>,
+    obj_counter: Vec<u8>,
+    obj_actor: Vec<u8>,
+    obj_code: Vec<u8>,
+    parent_tag: Vec<u8>,
+    parent_obj: Vec<u8>,
+    parent_key: Vec<u8>,
+    key_count: Vec<u8>,
+    key_index: Vec<u8>,
+    value_count: Vec<u8>,
+    value_counter: Vec<u8>,
+    value_actor: Vec<u8>,
+    value_kind: Vec<u8>,
+    run_count: Vec<u8>,
+    run_actor: Vec<u8>,
+    run_start: Vec<u8>,
+    run_len: Vec<u8>,
+    run_state: Vec<u8>,
+    run_width: Vec<u8>,
+    run_kind: Vec<u8>,
+}
+
+macro_rules! each_stream {
+    ($streams:expr, $f:expr) => {{
+        let s = $streams;
+        for stream in [
+            &mut s.actors,
+            &mut s.keys,
+            &mut s.obj_counter,
+            &mut s.obj_actor,
+            &mut s.obj_code,
+            &mut s.parent_tag,
+            &mut s.parent_obj,
+            &mut s.parent_key,
+            &mut s.key_count,
+            &mut s.key_index,
+            &mut s.value_count,
+            &mut s.value_counter,
+            &mut s.value_actor,
+            &mut s.value_kind,
+            &mut s.run_count,
+            &mut s.run_actor,
+            &mut s.run_start,
+            &mut s.run_len,
+            &mut s.run_state,
+            &mut s.run_width,
+            &mut s.run_kind,
+        ] {
+            $f(stream);
+        }
+    }};
+}
+
+const PARENT_NONE: u8 = 0;
+const PARENT_KEY: u8 = 1;
+/// A list or text element that holds the object its own insertion made.
+const PARENT_OWN_ELEMENT: u8 = 2;
+const PARENT_ELEMENT: u8 = 3;
+
+const STATE_HIDDEN: u8 = 0;
+const STATE_SHOWN: u8 = 1;
+const STATE_VALUES: u8 = 2;
+
+fn uleb(out: &mut Vec<u8>, value: u64) {
+    leb128::write_uleb(out, value);
+}
+
+fn sleb(out: &mut Vec<u8>, value: i64) {
+    leb128::write_sleb(out, value);
+}
+
+fn difference(value: u64, from: u64) -> i64 {
+    value.wrapping_sub(from) as i64
+}
+
+impl Structure {
+    /// The stored form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = Streams::default();
+        uleb(&mut s.actors, self.actors.len() as u64);
+        for actor in &self.actors {
+            uleb(&mut s.actors, actor.to_bytes().len() as u64);
+            s.actors.extend_from_slice(actor.to_bytes());
+        }
+        let mut keys: HashMap<KeyName, u64> = HashMap::new();
+        let mut key_index =
+            |s: &mut Streams, key: &KeyName, out: fn(&mut Streams) -> &mut Vec<u8>| {
+                let next = keys.len() as u64;
+                let index = *keys.entry(key.clone()).or_insert_with(|| {
+                    uleb(&mut s.keys, key.len() as u64);
+                    s.keys.extend_from_slice(key.as_bytes());
+                    next
+                });
+                uleb(out(s), index);
+            };
+        let mut ids: Vec<&OpId> = self.objects.keys().collect();
+        ids.sort();
+        let (mut previous, mut previous_parent) = (0u64, 0u64);
+        for obj in ids {
+            let object = &self.objects[obj];
+            uleb(&mut s.obj_counter, obj.counter - previous);
+            previous = obj.counter;
+            uleb(&mut s.obj_actor, u64::from(obj.actor));
+            let body = match object.body {
+                Body::Map(_) => 0,
+                Body::Seq(_) => 1,
+                Body::Opaque => 2,
+            };
+            s.obj_code.push(object.kind.code() | body << 4);
+            match &object.parent {
+                None => s.parent_tag.push(PARENT_NONE),
+                Some((parent, key)) => {
+                    sleb(&mut s.parent_obj, difference(parent.counter, previous_parent));
+                    previous_parent = parent.counter;
+                    uleb(&mut s.parent_obj, u64::from(parent.actor));
+                    match key {
+                        ParentKey::Map(key) => {
+                            s.parent_tag.push(PARENT_KEY);
+                            key_index(&mut s, key, |s| &mut s.parent_key);
+                        }
+                        ParentKey::Elem(elem) if elem == obj => {
+                            s.parent_tag.push(PARENT_OWN_ELEMENT)
+                        }
+                        ParentKey::Elem(elem) => {
+                            s.parent_tag.push(PARENT_ELEMENT);
+                            sleb(&mut s.parent_key, difference(elem.counter, obj.counter));
+                            uleb(&mut s.parent_key, u64::from(elem.actor));
+                        }
+                    }
+                }
+            }
+            let values = |s: &mut Streams, values: &[ValueOp]| {
+                uleb(&mut s.value_count, values.len() as u64);
+                for value in values {
+                    sleb(&mut s.value_counter, difference(value.id.counter, obj.counter));
+                    uleb(&mut s.value_actor, u64::from(value.id.actor));
+                    s.value_kind.push(value.kind.code());
+                }
+            };
+            match &object.body {
+                Body::Map(map) => {
+                    uleb(&mut s.key_count, map.len() as u64);
+                    for (key, current) in map.iter() {
+                        key_index(&mut s, key, |s| &mut s.key_index);
+                        values(&mut s, current);
+                    }
+                }
+                Body::Seq(runs) => {
+                    uleb(&mut s.run_count, runs.len() as u64);
+                    let mut end = obj.counter;
+                    for run in runs {
+                        uleb(&mut s.run_actor, u64::from(run.actor));
+                        sleb(&mut s.run_start, difference(run.start, end));
+                        end = run.start + run.len;
+                        uleb(&mut s.run_len, run.len);
+                        match &run.state {
+                            ElemState::Hidden => s.run_state.push(STATE_HIDDEN),
+                            ElemState::Shown { width, kind } => {
+                                s.run_state.push(STATE_SHOWN);
+                                uleb(&mut s.run_width, u64::from(*width));
+                                s.run_kind.push(kind.code());
+                            }
+                            ElemState::Values { width, values: current } => {
+                                s.run_state.push(STATE_VALUES);
+                                uleb(&mut s.run_width, u64::from(*width));
+                                values(&mut s, current);
+                            }
+                        }
+                    }
+                }
+                Body::Opaque => {}
+            }
+        }
+        let mut raw = Vec::new();
+        each_stream!(&mut s, |stream: &mut Vec<u8>| {
+            uleb(&mut raw, stream.len() as u64);
+            raw.append(stream);
+        });
+        let mut out = vec![ENCODING_VERSION];
+        uleb(&mut out, raw.len() as u64);
+        let mut encoder = DeflateEncoder::new(out, flate2::Compression::new(3));
+        encoder.write_all(&raw).expect("writing to memory");
+        encoder.finish().expect("writing to memory")
+    }
+
+    /// The stored form read back; `None` (the writes load) when it does not read.
+    pub fn decode(bytes: &[u8]) -> Option<Structure> {
+        let (&version, rest) = bytes.split_first()?;
+        if version != ENCODING_VERSION {
+            return None;
+        }
+        let (raw_len, compressed) = leb128::split_uleb(rest)?;
+        let raw_len = usize::try_from(raw_len).ok()?;
+        if raw_len > compressed.len().saturating_mul(MAX_INFLATION) {
+            return None;
+        }
+        let mut raw = Vec::with_capacity(raw_len);
+        DeflateDecoder::new(compressed).take(raw_len as u64 + 1).read_to_end(&mut raw).ok()?;
+        if raw.len() != raw_len {
+            return None;
+        }
+        let mut all = Reader(&raw);
+        let mut s = Streams::default();
+        let mut ok = true;
+        each_stream!(&mut s, |stream: &mut Vec<u8>| {
+            match all.uleb().and_then(|len| all.take(len)) {
+                Some(bytes) => stream.extend_from_slice(bytes),
+                None => ok = false,
+            }
+        });
+        if !ok || !all.0.is_empty() {
+            return None;
+        }
+        read_streams(&s)
+    }
+}
+
+fn read_streams(s: &Streams) -> Option<Structure> {
+    let mut actors_stream = Reader(&s.actors);
+    let mut actors = Vec::new();
+    for _ in 0..actors_stream.uleb()? {
+        let len = actors_stream.uleb()?;
+        actors.push(ActorId::from(actors_stream.take(len)?));
+    }
+    let mut keys_stream = Reader(&s.keys);
+    let mut keys = Vec::new();
+    while !keys_stream.0.is_empty() {
+        keys.push(Rc::<str>::from(keys_stream.string()?));
+    }
+    let actor_count = actors.len() as u64;
+    let actor = |r: &mut Reader<'_>| r.uleb().filter(|a| *a < actor_count.max(1)).map(|a| a as u32);
+    let key = |r: &mut Reader<'_>| keys.get(usize::try_from(r.uleb()?).ok()?).cloned();
+    let [mut obj_counter, mut obj_actor, mut obj_code, mut parent_tag, mut parent_obj, mut parent_key] =
+        [&s.obj_counter, &s.obj_actor, &s.obj_code, &s.parent_tag, &s.parent_obj, &s.parent_key]
+            .map(|stream| Reader(stream));
+    let [mut key_count, mut key_index, mut value_count, mut value_counter, mut value_actor, mut value_kind] =
+        [
+            &s.key_count,
+            &s.key_index,
+            &s.value_count,
+            &s.value_counter,
+            &s.value_actor,
+            &s.value_kind,
+        ]
+        .map(|stream| Reader(stream));
+    let [mut run_count, mut run_actor, mut run_start, mut run_len, mut run_state, mut run_width, mut run_kind] =
+        [
+            &s.run_count,
+            &s.run_actor,
+            &s.run_start,
+            &s.run_len,
+            &s.run_state,
+            &s.run_width,
+            &s.run_kind,
+        ]
+        .map(|stream| Reader(stream));
+    let mut objects = HashMap::new();
+    let (mut previous, mut previous_parent) = (0u64, 0u64);
+    while !obj_counter.0.is_empty() {
+        let obj = OpId {
+            counter: previous.checked_add(obj_counter.uleb()?)?,
+            actor: actor(&mut obj_actor)?,
+        };
+        previous = obj.counter;
+        let code = obj_code.byte()?;
+        let kind = ObjKind::from_code(code & 0xf)?;
+        let parent = match parent_tag.byte()? {
+            PARENT_NONE => None,
+            tag => {
+                let counter = previous_parent.wrapping_add(parent_obj.sleb()? as u64);
+                previous_parent = counter;
+                let parent = OpId { counter, actor: actor(&mut parent_obj)? };
+                let key = match tag {
+                    PARENT_KEY => ParentKey::Map(key(&mut parent_key)?),
+                    PARENT_OWN_ELEMENT => ParentKey::Elem(obj),
+                    PARENT_ELEMENT => {
+                        let counter = obj.counter.wrapping_add(parent_key.sleb()? as u64);
+                        ParentKey::Elem(OpId { counter, actor: actor(&mut parent_key)? })
+                    }
+                    _ => return None,
+                };
+                Some((parent, key))
+            }
+        };
+        let mut values = || -> Option<Values> {
+            let count = value_count.uleb()?;
+            let mut values = Values::new();
+            for _ in 0..count {
+                let counter = obj.counter.wrapping_add(value_counter.sleb()? as u64);
+                let id = OpId { counter, actor: actor(&mut value_actor)? };
+                values.push(ValueOp { id, kind: ValueKind::from_code(value_kind.byte()?)? });
+            }
+            Some(values)
+        };
+        let body = match code >> 4 {
+            0 => {
+                let count = key_count.uleb()?;
+                let mut map = Vec::with_capacity(count.min(1 << 10) as usize);
+                for _ in 0..count {
+                    let key = key(&mut key_index)?;
+                    map.push((key, values()?));
+                }
+                // Keys were written in order; a value that says otherwise is corrupt.
+                if !map.is_sorted_by(|(a, _): &(Rc<str>, _), (b, _)| a < b) {
+                    return None;
+                }
+                Body::Map(MapKeys(map))
+            }
+            1 => {
+                let count = run_count.uleb()?;
+                let mut runs = Vec::with_capacity(count.min(1 << 16) as usize);
+                let mut end = obj.counter;
+                for _ in 0..count {
+                    let actor = actor(&mut run_actor)?;
+                    let start = end.wrapping_add(run_start.sleb()? as u64);
+                    let len = run_len.uleb()?;
+                    end = start.checked_add(len)?;
+                    let state = match run_state.byte()? {
+                        STATE_HIDDEN => ElemState::Hidden,
+                        STATE_SHOWN => ElemState::Shown {
+                            width: u32::try_from(run_width.uleb()?).ok()?,
+                            kind: ValueKind::from_code(run_kind.byte()?)?,
+                        },
+                        STATE_VALUES => ElemState::Values {
+                            width: u32::try_from(run_width.uleb()?).ok()?,
+                            values: values()?,
+                        },
+                        _ => return None,
+                    };
+                    runs.push(Run { actor, start, len, state });
+                }
+                Body::Seq(runs)
+            }
+            2 => Body::Opaque,
+            _ => return None,
+        };
+        objects.insert(obj, Object { kind, parent, body });
+    }
+    Some(Structure { actors, objects })
+}
+
+impl ObjKind {
+    fn code(self) -> u8 {
+        match self {
+            ObjKind::Map => 0,
+            ObjKind::Table => 1,
+            ObjKind::List => 2,
+            ObjKind::Text => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<ObjKind> {
+        [ObjKind::Map, ObjKind::Table, ObjKind::List, ObjKind::Text].get(code as usize).copied()
+    }
+}
+
+impl ValueKind {
+    fn code(self) -> u8 {
+        match self {
+            ValueKind::Scalar => 0,
+            ValueKind::Counter => 1,
+            ValueKind::Unknown => 2,
+            ValueKind::Object(kind) => 3 + kind.code(),
+        }
+    }
+
+    fn from_code(code: u8) -> Option<ValueKind> {
+        Some(match code {
+            0 => ValueKind::Scalar,
+            1 => ValueKind::Counter,
+            2 => ValueKind::Unknown,
+            other => ValueKind::Object(ObjKind::from_code(other.checked_sub(3)?)?),
+        })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn uleb(&mut self) -> Option<u64> {
+        let (value, rest) = leb128::split_uleb(self.0)?;
+        self.0 = rest;
+        Some(value)
+    }
+
+    fn sleb(&mut self) -> Option<i64> {
+        let mut bytes = self.0.iter();
+        let value = leb128::read_sleb(|| bytes.next().copied())?;
+        self.0 = bytes.as_slice();
+        Some(value)
+    }
+
+    fn take(&mut self, len: u64) -> Option<&'a [u8]> {
+        let len = usize::try_from(len).ok().filter(|len| *len <= self.0.len())?;
+        let (taken, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Some(taken)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let len = self.uleb()?;
+        String::from_utf8(self.take(len)?.to_vec()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use automerge::transaction::Transactable;
+    use automerge::{AutoCommit, ObjType, ROOT};
+    use proptest::prelude::*;
+
+    fn sample() -> Vec<u8> {
+        let mut doc = AutoCommit::new();
+        let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
+        doc.splice_text(&text, 0, 0, "hello world").unwrap();
+        doc.splice_text(&text, 2, 3, "").unwrap();
+        let items = doc.put_object(ROOT, "items", ObjType::List).unwrap();
+        let item = doc.insert_object(&items, 0, ObjType::Map).unwrap();
+        doc.put(&item, "done", true).unwrap();
+        Structure::of_save(&doc.save()).unwrap().0.encode()
+    }
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        let encoded = sample();
+        let structure = Structure::decode(&encoded).unwrap();
+        assert_eq!(structure.encode(), encoded);
+    }
+
+    #[test]
+    fn refuses_cut_and_inflated_forms() {
+        let encoded = sample();
+        for len in 0..encoded.len() {
+            assert_eq!(Structure::decode(&encoded[..len]), None, "cut at {len}");
+        }
+        // A raw length beyond what DEFLATE can make of the bytes is refused unread.
+        let mut claims_more = vec![ENCODING_VERSION];
+        leb128::write_uleb(&mut claims_more, u64::MAX >> 1);
+        claims_more.extend_from_slice(&encoded[2..]);
+        assert_eq!(Structure::decode(&claims_more), None);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Structure::decode(&bytes);
+            let mut framed = vec![ENCODING_VERSION];
+            leb128::write_uleb(&mut framed, bytes.len() as u64);
+            let mut encoder = DeflateEncoder::new(framed, flate2::Compression::new(3));
+            encoder.write_all(&bytes).unwrap();
+            let _ = Structure::decode(&encoder.finish().unwrap());
+        }
+    }
+}
