@@ -1,8 +1,9 @@
 //! Turning client bytes into stored values and back.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use automerge::{Automerge, ChangeHash, ReadDoc};
+use automerge::{ActorId, Automerge, ChangeHash, ReadDoc};
 
 use crate::estimate::{self, LoadEstimate};
 use crate::format::{self, ActorClock, Header, Kept, Prefix, StoredValue, Summary};
@@ -46,10 +47,12 @@ pub(crate) fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// What the stored header records about a loaded document, and what format 2 keeps for
-/// writes that do not load (the JSON aside).
-pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
+/// writes that do not load (the JSON aside); and each actor's latest change's largest
+/// operation counter, which the [`Structure`] index keeps.
+pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>, BTreeMap<ActorId, u64>) {
     let changes = doc.get_changes_meta(&[]);
     let mut clock = ActorClock::new();
+    let mut latest_max_op = BTreeMap::new();
     let (mut op_count, mut max_op) = (0u64, 0u64);
     for change in &changes {
         op_count += (change.max_op + 1).saturating_sub(change.start_op);
@@ -57,10 +60,15 @@ pub fn summarize(doc: &Automerge) -> (Summary, Kept<'static>) {
         let latest = clock.entry(change.actor.clone().into_owned()).or_insert((0, change.hash));
         if change.seq >= latest.0 {
             *latest = (change.seq, change.hash);
+            latest_max_op.insert(change.actor.clone().into_owned(), change.max_op);
         }
     }
     let summary = Summary { change_count: changes.len() as u64, op_count, heads: doc.get_heads() };
-    (summary, Kept { max_op, appended_changes: 0, json: None, clock, structure: None })
+    (
+        summary,
+        Kept { max_op, appended_changes: 0, json: None, clock, structure: None },
+        latest_max_op,
+    )
 }
 
 /// The stored form of a loaded document, keeping its JSON when the settings do (a document too
@@ -77,14 +85,18 @@ pub fn save(doc: &Automerge) -> Result<Vec<u8>, Error> {
     no_panic(|| doc.save()).map_err(Error::NotAutomerge)
 }
 
-/// The [`Structure`] of the document in `payload` (a save, then any changes): `None` when
-/// a change does not follow the operations before it, or the save does not index.
-fn structure_of(payload: &[u8]) -> Option<Structure> {
+/// The [`Structure`] of the document in `payload` (a save, then any changes), whose
+/// actors' latest changes end at `latest_max_op`: `None` when a change does not follow the
+/// operations before it, or the save does not index.
+fn structure_of(payload: &[u8], latest_max_op: &BTreeMap<ActorId, u64>) -> Option<Structure> {
     let (save, appended) = split_save(payload);
     let (mut structure, mut max_op) = Structure::of_save(save)?;
     for change in writes::parse_changes(appended)? {
         structure.apply(&change, max_op)?;
         max_op = change.max_op();
+    }
+    for (actor, max_op) in latest_max_op {
+        structure.set_latest_max_op(actor, *max_op);
     }
     Some(structure)
 }
@@ -105,8 +117,8 @@ fn encode_loaded(
         },
         false => None,
     };
-    let (summary, kept) = summarize(doc);
-    let structure = structure_of(payload).map(|structure| Cow::Owned(structure.encode()));
+    let (summary, kept, latest_max_op) = summarize(doc);
+    let structure = structure_of(payload, &latest_max_op).map(|s| Cow::Owned(s.encode()));
     let kept = Kept {
         json: json.as_ref().map(|json| json.as_kept()),
         appended_changes,

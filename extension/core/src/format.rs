@@ -686,7 +686,7 @@ mod tests {
         let doc = doc.document().clone();
         let stored = fixtures::legacy::format_version_1(&doc);
         let value = decode(&stored).unwrap();
-        let (summary, _) = crate::document::summarize(&doc);
+        let (summary, _, _) = crate::document::summarize(&doc);
         assert_eq!((value.version, &value.summary, &value.kept), (1, &summary, &None));
         assert_eq!(value.payload, doc.save());
         let header = Header::read(&&stored[..]).unwrap();

@@ -4,15 +4,17 @@
 //!
 //! - a merge where one side already contains the other returns that side;
 //! - changes that follow the stored document (each new, its actor's next, its
-//!   dependencies in the document) and only put scalar values on, or delete, root keys,
-//!   replacing what the header shows each key holds, are appended to the stored payload
-//!   without a load, up to `append_limit` of them since the last save, and the kept JSON
-//!   follows them. Other changes (text and list edits, nested objects) are applied to the
-//!   loaded document: appending what the header cannot check could store a value that no
-//!   later load accepts.
+//!   dependencies among the document's heads and actors' latest changes, its counters
+//!   right after theirs) and whose every operation the [`Structure`] index can check and
+//!   place (text splices, marks, block splits, map puts and deletes at any depth, list
+//!   inserts and deletes, counter increments, objects made with content, by a client on
+//!   the heads or concurrently) are appended to the stored payload without a load, up to
+//!   `append_limit` of them since the last save, and the kept JSON follows them. Other
+//!   changes are applied to the loaded document: appending what the index cannot check
+//!   could store a value that no later load accepts.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use automerge::{
     Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
@@ -145,6 +147,7 @@ fn append(
     let Some(mut structure) = kept.structure.as_deref().and_then(Structure::decode) else {
         return Ok(None);
     };
+    let mut earlier = Appended::new(value.payload);
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
     let mut edits = Vec::new();
     for change in &parsed {
@@ -154,8 +157,9 @@ fn append(
             continue; // already in the document
         }
         let next_seq = latest.map_or(1, |(seq, _)| seq + 1);
-        let deps_known =
-            change.deps().iter().all(|dep| heads.contains(dep) || kept.is_latest_change(dep));
+        let deps_known = change.deps().iter().all(|dep| {
+            heads.contains(dep) || kept.is_latest_change(dep) || earlier.max_op(dep).is_some()
+        });
         if change.seq() != next_seq
             || !deps_known
             || !loads_after(change, latest, &new, &heads, &kept.clock)
@@ -165,7 +169,10 @@ fn append(
         // Only operations checked against the structure index are appended: a change that
         // names an object, element or operation the document lacks would be stored and
         // make every later load fail.
-        let Some(change_edits) = structure.apply(change, kept.max_op) else { return Ok(None) };
+        let Some(deps_max_op) = deps_max_op(change, &heads, &kept, &structure, &mut earlier) else {
+            return Ok(None);
+        };
+        let Some(change_edits) = structure.apply(change, deps_max_op) else { return Ok(None) };
         edits.extend(change_edits);
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
@@ -208,6 +215,55 @@ fn append(
         payload.extend_from_slice(change.raw_bytes());
     }
     Ok(Some(format::encode(&summary, &kept, &payload)))
+}
+
+/// The largest operation counter of the change's dependencies, which its first counter
+/// must follow: the document's when it depends on every head (the largest counter is a
+/// head's), else the largest of its dependencies', each an actor's latest change (which
+/// the index knows) or one appended since the last save; `None` where one is neither.
+fn deps_max_op(
+    change: &Change,
+    heads: &BTreeSet<ChangeHash>,
+    kept: &Kept<'_>,
+    structure: &Structure,
+    earlier: &mut Appended<'_>,
+) -> Option<u64> {
+    if heads.iter().all(|head| change.deps().contains(head)) {
+        return Some(kept.max_op);
+    }
+    change.deps().iter().try_fold(0, |max, dep| {
+        let latest = kept.clock.iter().find(|(_, (_, latest))| latest == dep);
+        let max_op = match latest {
+            Some((actor, _)) => structure.latest_max_op(actor),
+            None => earlier.max_op(dep),
+        };
+        Some(max.max(max_op?))
+    })
+}
+
+/// The changes appended to a stored value since its last save, read when a write first
+/// asks: a client that typed while another did depends on changes that are no longer
+/// their actors' latest.
+struct Appended<'a> {
+    payload: &'a [u8],
+    max_ops: Option<HashMap<ChangeHash, u64>>,
+}
+
+impl<'a> Appended<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        Appended { payload, max_ops: None }
+    }
+
+    /// The largest operation counter of the appended change `hash`.
+    fn max_op(&mut self, hash: &ChangeHash) -> Option<u64> {
+        let payload = self.payload;
+        let max_ops = self.max_ops.get_or_insert_with(|| {
+            let (_, appended) = crate::document::split_save(payload);
+            let changes = parse_changes(appended).unwrap_or_default();
+            changes.iter().map(|change| (change.hash(), change.max_op())).collect()
+        });
+        max_ops.get(hash).copied()
+    }
 }
 
 /// Whether a change that follows the header also passes what Automerge checks when it

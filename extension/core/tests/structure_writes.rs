@@ -32,6 +32,16 @@ fn kept_index(stored: &[u8]) -> Structure {
     Structure::decode(&kept.structure.expect("an index is kept")).expect("the index reads")
 }
 
+/// The objects an index holds, with its actors in one order (a save's index does not
+/// know the actors' latest changes: the write that keeps it adds them).
+fn objects(structure: &Structure) -> (Vec<automerge::ActorId>, Vec<String>) {
+    let canonical = structure.canonical();
+    let mut objects: Vec<String> =
+        canonical.objects.iter().map(|entry| format!("{entry:?}")).collect();
+    objects.sort();
+    (canonical.actors, objects)
+}
+
 /// Heads, JSON and the spans of every text object, from a load.
 fn loaded_state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value, Vec<String>) {
     let doc = load_stored(stored).unwrap();
@@ -114,7 +124,7 @@ proptest! {
             let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
             prop_assert_eq!(&kept, &json::document(&load_stored(&fast).unwrap(), None).unwrap());
             let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
-            prop_assert_eq!(kept_index(&fast).canonical(), rebuilt.canonical());
+            prop_assert_eq!(objects(&kept_index(&fast)), objects(&rebuilt));
             assert_loads(&fast);
         }
         prop_assert_eq!(appended(&fast), made_changes);
@@ -123,8 +133,9 @@ proptest! {
 
 /// Sessions of changes that `@automerge/automerge` 3 made (examples/node-client/
 /// edit-fixtures.mjs; the Node.js test step checks they are current): one client's edits
-/// of every kind on the stored heads, each appended; two clients typing at once, whose
-/// concurrent changes may load. Either way the result is load-apply-save's.
+/// of every kind on the stored heads; two clients typing at once, at either end of one
+/// text, merging now and then. Every change appends, and the result is
+/// load-apply-save's.
 #[test]
 fn changes_made_by_the_js_client_append_and_match_load_apply_save() {
     let sessions: serde_json::Value =
@@ -141,15 +152,13 @@ fn changes_made_by_the_js_client_append_and_match_load_apply_save() {
             let before = appended(&fast);
             fast = writes::apply(&fast, &change, FAST).unwrap();
             naive = writes::apply(&naive, &change, NAIVE).unwrap();
-            if name == "one client" {
-                assert_eq!(appended(&fast), before + 1, "{name}: change {n} was loaded");
-            }
+            assert_eq!(appended(&fast), before + 1, "{name}: change {n} was loaded");
             assert_eq!(loaded_state(&fast), loaded_state(&naive), "{name}: change {n}");
             let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
             assert_eq!(kept, json::document(&load_stored(&fast).unwrap(), None).unwrap());
             if appended(&fast) > 0 {
                 let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
-                assert_eq!(kept_index(&fast).canonical(), rebuilt.canonical(), "{name}: {n}");
+                assert_eq!(objects(&kept_index(&fast)), objects(&rebuilt), "{name}: {n}");
             }
             assert_loads(&fast);
         }

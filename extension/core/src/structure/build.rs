@@ -64,7 +64,8 @@ impl Builder {
             ROOT,
             Object { kind: ObjKind::Map, parent: None, body: Body::Map(MapKeys::default()) },
         );
-        Builder { structure: Structure { actors, objects }, open: None }
+        let latest_max_op = vec![None; actors.len()];
+        Builder { structure: Structure { actors, latest_max_op, objects }, open: None }
     }
 
     fn finish(mut self) -> Structure {

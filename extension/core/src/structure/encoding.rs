@@ -107,9 +107,10 @@ impl Structure {
     pub fn encode(&self) -> Vec<u8> {
         let mut s = Streams::default();
         uleb(&mut s.actors, self.actors.len() as u64);
-        for actor in &self.actors {
+        for (actor, latest) in self.actors.iter().zip(&self.latest_max_op) {
             uleb(&mut s.actors, actor.to_bytes().len() as u64);
             s.actors.extend_from_slice(actor.to_bytes());
+            uleb(&mut s.actors, latest.map_or(0, |max_op| max_op + 1));
         }
         let mut keys: HashMap<KeyName, u64> = HashMap::new();
         let mut key_index =
@@ -246,10 +247,11 @@ impl Structure {
 
 fn read_streams(s: &Streams) -> Option<Structure> {
     let mut actors_stream = Reader(&s.actors);
-    let mut actors = Vec::new();
+    let (mut actors, mut latest_max_op) = (Vec::new(), Vec::new());
     for _ in 0..actors_stream.uleb()? {
         let len = actors_stream.uleb()?;
         actors.push(ActorId::from(actors_stream.take(len)?));
+        latest_max_op.push(actors_stream.uleb()?.checked_sub(1));
     }
     let mut keys_stream = Reader(&s.keys);
     let mut keys = Vec::new();
@@ -365,7 +367,7 @@ fn read_streams(s: &Streams) -> Option<Structure> {
         };
         objects.insert(obj, Object { kind, parent, body });
     }
-    Some(Structure { actors, objects })
+    Some(Structure { actors, latest_max_op, objects })
 }
 
 impl ObjKind {

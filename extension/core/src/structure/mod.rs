@@ -202,6 +202,9 @@ impl ElemState {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Structure {
     pub actors: Vec<ActorId>,
+    /// For each of `actors`, the largest operation counter of its latest change, where
+    /// known: what a change that depends on it must start right after.
+    pub latest_max_op: Vec<Option<u64>>,
     pub objects: HashMap<OpId, Object>,
 }
 
@@ -251,6 +254,7 @@ impl Structure {
     pub fn canonical(&self) -> Structure {
         let mut actors = self.actors.clone();
         actors.sort();
+        let latest_max_op = actors.iter().map(|actor| self.latest_max_op(actor)).collect();
         let map: Vec<u32> = self
             .actors
             .iter()
@@ -296,7 +300,7 @@ impl Structure {
                 (id(*obj), Object { kind: object.kind, parent, body })
             })
             .collect();
-        Structure { actors, objects }
+        Structure { actors, latest_max_op, objects }
     }
 
     fn actor_index(&mut self, actor: &ActorId) -> u32 {
@@ -304,9 +308,21 @@ impl Structure {
             Some(index) => index as u32,
             None => {
                 self.actors.push(actor.clone());
+                self.latest_max_op.push(None);
                 (self.actors.len() - 1) as u32
             }
         }
+    }
+
+    /// The largest operation counter of `actor`'s latest change, where known.
+    pub fn latest_max_op(&self, actor: &ActorId) -> Option<u64> {
+        let index = self.actors.iter().position(|known| known == actor)?;
+        self.latest_max_op[index]
+    }
+
+    pub fn set_latest_max_op(&mut self, actor: &ActorId, max_op: u64) {
+        let index = self.actor_index(actor) as usize;
+        self.latest_max_op[index] = Some(max_op);
     }
 
     /// Whether `a` comes after `b` in Automerge's order of operations: by counter, then
@@ -319,15 +335,15 @@ impl Structure {
         values.iter().copied().reduce(|a, b| if self.later(b.id, a.id) { b } else { a })
     }
 
-    /// Applies a change as a load would, when its operations follow every operation of the
-    /// document (its first counter is `max_op`, the document's largest, plus one, so none
-    /// is reused and none skipped): the JSON edits it makes, in order; `None` when an
-    /// operation names what the index does not have (an object, key, element or current
-    /// operation) or does what it cannot follow, and the caller loads. On `None` the index
-    /// may be half updated: drop it.
-    pub fn apply(&mut self, change: &Change, max_op: u64) -> Option<Vec<JsonEdit>> {
+    /// Applies a change as a load would, when its operations start right after
+    /// `deps_max_op`, the largest operation counter of its dependencies (as Automerge
+    /// derives a change's first counter when it loads a save): the JSON edits it makes,
+    /// in order; `None` when an operation names what the index does not have (an object,
+    /// key, element or current operation) or does what it cannot follow, and the caller
+    /// loads. On `None` the index may be half updated: drop it.
+    pub fn apply(&mut self, change: &Change, deps_max_op: u64) -> Option<Vec<JsonEdit>> {
         let start = change.start_op().get();
-        if start != max_op.checked_add(1)? {
+        if start != deps_max_op.checked_add(1)? {
             return None;
         }
         let ops = no_panic(|| change.decode()).ok()?.operations;
@@ -340,6 +356,7 @@ impl Structure {
             let id = OpId { counter: start + index as u64, actor };
             self.apply_op(id, op, &mut edits)?;
         }
+        self.latest_max_op[actor as usize] = Some(change.max_op());
         Some(edits.0)
     }
 
