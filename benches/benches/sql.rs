@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell, RefMut};
 
 use benches::{
     configure, criterion, fixtures, forks, js_fixtures, record_memory, record_storage, selected,
-    Author, Fixture, Memory, JSONB, NAIVE, OURS,
+    Author, ClientWrite, Fixture, Memory, JSONB, NAIVE, OURS,
 };
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion};
@@ -400,6 +400,71 @@ fn benches(c: &mut Criterion) {
     for rows in &rows[..generated] {
         writes(c, &session, rows);
     }
+    // The writes a JS client sends append without a load: on every fixture, the JS
+    // client's documents included, against their counterparts on the jsonb column.
+    for rows in &rows {
+        client_writes(c, &session, rows);
+    }
+}
+
+/// What a jsonb column does for each [`ClientWrite`], of the `$2` text it is given: the same
+/// change to its JSON (a mark changes none: the whole value is written again).
+fn jsonb_client_write(write: ClientWrite) -> &'static str {
+    match write {
+        ClientWrite::TitleAsText => JSONB_SET_TITLE,
+        ClientWrite::Splice => {
+            "UPDATE bench_jsonb
+             SET j = jsonb_set(j, '{content}', to_jsonb(overlay(j->>'content' placing $2::text
+                                                     from length(j->>'content') / 2 + 1 for 3)))
+             WHERE name = $1"
+        }
+        ClientWrite::Mark => "UPDATE bench_jsonb SET j = j || jsonb_build_object('marked', $2::text) - 'marked' WHERE name = $1",
+        ClientWrite::BlockSplit => JSONB_TYPE,
+        ClientWrite::NestedField => {
+            "UPDATE bench_jsonb
+             SET j = jsonb_set(j, ARRAY['items', (jsonb_array_length(j->'items') / 2)::text, 'done'],
+                               to_jsonb($2::text))
+             WHERE name = $1"
+        }
+        ClientWrite::ListInsert => {
+            "UPDATE bench_jsonb
+             SET j = jsonb_insert(j, ARRAY['items', (jsonb_array_length(j->'items') / 2)::text],
+                                  jsonb_build_object('text', $2::text, 'done', false))
+             WHERE name = $1"
+        }
+        ClientWrite::ListDelete => {
+            "UPDATE bench_jsonb SET j = j #- ARRAY['items', (jsonb_array_length(j->'items') / 2)::text]
+             WHERE name = $1 AND $2::text IS NOT NULL"
+        }
+    }
+}
+
+/// Each [`ClientWrite`] that fits the fixture, as `doc || change` on the fast path, and its
+/// jsonb counterpart; then the stored JSON is the author's, so the writes were real.
+fn client_writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
+    let name = &rows.name;
+    for write in ClientWrite::ALL.into_iter().filter(|write| write.applies_to(rows.kind)) {
+        let mut group = Writes::new(c, write.group(), session, name);
+        let apply = Path::Fast.sql(APPLY);
+        group.path(
+            Path::Fast,
+            || rows.author(Path::Fast).client_write(write),
+            |change| session.execute(&apply, &[name, &change]),
+        );
+        let words = || match write {
+            ClientWrite::BlockSplit => "\u{fffc}".to_string(),
+            _ => rows.next_jsonb_edit(),
+        };
+        group.jsonb(words, |words| session.execute(jsonb_client_write(write), &[name, &words]));
+        group.finish();
+    }
+    session.use_path(Path::Fast);
+    let stored: serde_json::Value = session
+        .query_one(&Path::Fast.sql("SELECT doc::jsonb FROM {docs} WHERE name = $1"), &[name]);
+    assert!(
+        stored == rows.author(Path::Fast).json(),
+        "{name}: the stored JSON is not the author's"
+    );
 }
 
 /// One fixture's rows, and the authors of the changes written to them: one author per

@@ -10,8 +10,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::{CommitOptions, Transactable};
-use automerge::{ActorId, AutoCommit, ReadDoc, ROOT};
+use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ROOT};
 use criterion::{Criterion, SamplingMode};
 use fixtures::generated::{cached, Kind, Scale, Spec};
 use pg_automerge_core::memory;
@@ -167,6 +168,62 @@ impl Author {
         self.commit()
     }
 
+    /// Makes one of the writes a JS client sends (see [`ClientWrite`]) and returns its
+    /// change bytes.
+    pub fn client_write(&mut self, write: ClientWrite) -> Vec<u8> {
+        self.count += 1;
+        let n = self.count;
+        let doc = &mut self.doc;
+        match write {
+            ClientWrite::TitleAsText => {
+                let title = doc.put_object(ROOT, "title", ObjType::Text).unwrap();
+                doc.splice_text(&title, 0, 0, &format!("Title {n}")).unwrap();
+            }
+            ClientWrite::Splice => {
+                let text = doc.get(ROOT, "content").unwrap().expect("a text fixture").1;
+                let middle = doc.length(&text) / 2;
+                doc.splice_text(&text, middle, 3, &format!(" typed {n}")).unwrap();
+            }
+            ClientWrite::Mark => {
+                let text = doc.get(ROOT, "content").unwrap().expect("a text fixture").1;
+                let middle = doc.length(&text) / 2;
+                let mark = Mark::new("bold".into(), n.is_multiple_of(2), middle, middle + 5);
+                doc.mark(&text, mark, ExpandMark::After).unwrap();
+            }
+            ClientWrite::BlockSplit => {
+                let text = doc.get(ROOT, "content").unwrap().expect("a text fixture").1;
+                let middle = doc.length(&text) / 2;
+                let block = doc.split_block(&text, middle).unwrap();
+                doc.put(&block, "type", "paragraph").unwrap();
+                doc.put_object(&block, "parents", ObjType::List).unwrap();
+                doc.put_object(&block, "attrs", ObjType::Map).unwrap();
+            }
+            ClientWrite::NestedField => {
+                let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
+                let item = doc.get(&items, doc.length(&items) / 2).unwrap().unwrap().1;
+                doc.put(&item, "done", format!("done {n}")).unwrap();
+            }
+            ClientWrite::ListInsert => {
+                let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
+                let at = doc.length(&items) / 2;
+                let item = doc.insert_object(&items, at, ObjType::Map).unwrap();
+                let text = doc.put_object(&item, "text", ObjType::Text).unwrap();
+                doc.splice_text(&text, 0, 0, &format!("item {n}")).unwrap();
+                doc.put(&item, "done", false).unwrap();
+            }
+            ClientWrite::ListDelete => {
+                let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
+                doc.delete(&items, doc.length(&items) / 2).unwrap();
+            }
+        }
+        self.commit()
+    }
+
+    /// The document's JSON, as the `jsonb` cast shows it.
+    pub fn json(&mut self) -> serde_json::Value {
+        pg_automerge_core::json::document(self.doc.document(), None).unwrap()
+    }
+
     fn commit(&mut self) -> Vec<u8> {
         self.doc.commit_with(CommitOptions::default().with_time(fixtures::COMMIT_TIME_MS));
         let change = self.doc.get_last_local_change().expect("a change was just committed");
@@ -194,6 +251,58 @@ impl Author {
 
     fn content_id(&self) -> automerge::ObjId {
         self.doc.get(ROOT, "content").unwrap().expect("a text fixture has a content text").1
+    }
+}
+
+/// The writes a JS client sends that the benches time against their `jsonb` counterparts:
+/// a string set the JS way (a new text object), a splice (insert and delete) into the
+/// middle of the content, a mark over a few of its characters, a block split there, a field
+/// of the middle list item, a list item (a map with a text) inserted there, and one deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientWrite {
+    TitleAsText,
+    Splice,
+    Mark,
+    BlockSplit,
+    NestedField,
+    ListInsert,
+    ListDelete,
+}
+
+impl ClientWrite {
+    pub const ALL: [ClientWrite; 7] = [
+        ClientWrite::TitleAsText,
+        ClientWrite::Splice,
+        ClientWrite::Mark,
+        ClientWrite::BlockSplit,
+        ClientWrite::NestedField,
+        ClientWrite::ListInsert,
+        ClientWrite::ListDelete,
+    ];
+
+    /// The benchmark group's name.
+    pub fn group(self) -> &'static str {
+        match self {
+            ClientWrite::TitleAsText => "sql/client write: string as text",
+            ClientWrite::Splice => "sql/client write: splice",
+            ClientWrite::Mark => "sql/client write: mark",
+            ClientWrite::BlockSplit => "sql/client write: block split",
+            ClientWrite::NestedField => "sql/client write: nested field",
+            ClientWrite::ListInsert => "sql/client write: list insert",
+            ClientWrite::ListDelete => "sql/client write: list delete",
+        }
+    }
+
+    /// Whether a fixture of `kind` has what the write edits.
+    pub fn applies_to(self, kind: Kind) -> bool {
+        match self {
+            ClientWrite::TitleAsText => true,
+            ClientWrite::Splice | ClientWrite::Mark => kind != Kind::MapList,
+            ClientWrite::BlockSplit => kind == Kind::RichText,
+            ClientWrite::NestedField | ClientWrite::ListInsert | ClientWrite::ListDelete => {
+                kind == Kind::MapList
+            }
+        }
     }
 }
 

@@ -55,6 +55,18 @@ const HEADER_READS: [(&str, &str); 5] = [
     ("has its heads", "`automerge_has_changes` of its heads"),
 ];
 const HEADER_READ_GOAL_NS: f64 = 0.2e6;
+/// The writes a JS client sends (benches' `ClientWrite`): each appended with no load, within
+/// this many times its counterpart on a plain `jsonb` column.
+const CLIENT_WRITES: [&str; 7] = [
+    "client write: string as text",
+    "client write: splice",
+    "client write: mark",
+    "client write: block split",
+    "client write: nested field",
+    "client write: list insert",
+    "client write: list delete",
+];
+const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
 /// Stored size and WAL of a write at most the Automerge bytes (the naive path's value, which
 /// keeps no JSON) plus a `jsonb` column's, plus this much.
 const STORAGE_SLACK: f64 = 1.05;
@@ -140,6 +152,7 @@ pub(super) fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Ve
         goals.push(Goal { goal, fixture: fixture.clone(), measured, target, met });
     }
     goals.extend(jsonb_parity(rows, storage));
+    goals.extend(client_writes(rows));
     goals
 }
 
@@ -228,6 +241,49 @@ fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
                 fixture: fixture.to_string(),
                 measured,
                 target: format!("≤ {:.0}% of their sum", STORAGE_SLACK * 100.0),
+                met,
+            });
+        }
+    }
+    goals
+}
+
+/// Each client write on each fixture it was measured on: within
+/// [`CLIENT_WRITE_RATIO_GOAL`] of the jsonb column's, and no load.
+fn client_writes(rows: &[Row]) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    for operation in CLIENT_WRITES {
+        let mut fixtures: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.level == "sql" && r.operation == operation && r.variant == OURS)
+            .map(|r| r.fixture.as_str())
+            .collect();
+        fixtures.sort();
+        for fixture in fixtures {
+            let ours = find(rows, "sql", operation, OURS, fixture);
+            let column = find(rows, "sql", operation, JSONB, fixture);
+            let (measured, met) = match (ours, column) {
+                (Some(ours), Some(column)) => {
+                    let ratio = ours.median_ns / column.median_ns;
+                    let loads =
+                        ours.loads.map_or("loads not counted".into(), |n| format!("{n} loads"));
+                    let text = format!(
+                        "{ratio:.2}× ({} against {}), {loads}",
+                        duration(ours.median_ns),
+                        duration(column.median_ns)
+                    );
+                    (text, Some(ratio <= CLIENT_WRITE_RATIO_GOAL && ours.loads == Some(0)))
+                }
+                _ => ("not measured".to_string(), None),
+            };
+            goals.push(Goal {
+                goal: format!(
+                    "{}, appended, against a `jsonb` column",
+                    &operation["client write: ".len()..]
+                ),
+                fixture: fixture.to_string(),
+                measured,
+                target: format!("≤ {CLIENT_WRITE_RATIO_GOAL}×, 0 loads"),
                 met,
             });
         }
