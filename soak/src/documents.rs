@@ -2,8 +2,9 @@
 //! large (the Operations page's sizes).
 
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 
-use automerge::Automerge;
+use automerge::{ActorId, AutoCommit, Automerge};
 use fixtures::generated::{Kind, Scale, Spec};
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,9 @@ pub struct Document {
     pub large: bool,
     /// The path of a text object with marks, for `automerge_spans`.
     pub text_path: Option<Vec<String>>,
+    /// The document loaded once, for connections to fork: a fork copies it in memory
+    /// instead of parsing the save again.
+    loaded: OnceLock<Mutex<AutoCommit>>,
 }
 
 impl Document {
@@ -45,7 +49,16 @@ impl Document {
             changes: doc.get_changes(&[]).len(),
             large,
             text_path: text_path.map(|p| p.iter().map(|s| s.to_string()).collect()),
+            loaded: OnceLock::new(),
         }
+    }
+
+    /// A replica of the document as a client opens it, editing under `actor`.
+    pub fn fork(&self, actor: ActorId) -> automerge::AutoCommit {
+        let loaded = self.loaded.get_or_init(|| {
+            Mutex::new(AutoCommit::load(&self.save).expect("the catalogue's saves load"))
+        });
+        loaded.lock().unwrap().fork().with_actor(actor)
     }
 }
 

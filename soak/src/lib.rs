@@ -7,6 +7,7 @@
 
 pub mod container;
 pub mod documents;
+mod edits;
 mod listener;
 mod load;
 mod report;

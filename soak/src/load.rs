@@ -2,17 +2,18 @@
 //! grows on a schedule. Everything that succeeded or failed is logged for the sampler,
 //! the checks and the report.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use anyhow::Result;
 use automerge::transaction::{CommitOptions, Transactable};
-use automerge::{ActorId, AutoCommit, ROOT};
+use automerge::{ActorId, AutoCommit, Change, ROOT};
 use tokio_postgres::Client;
 
 use crate::documents::Catalogue;
+use crate::edits::{self, EditKind};
 use crate::Config;
 
 pub const TABLE: &str = "soak_documents";
@@ -23,13 +24,16 @@ pub const GIN_INDEX: &str = "soak_documents_body";
 const HOT_ROWS: i64 = 10;
 /// How often each connection measures its own backend between statements.
 const CONNECTION_MEMORY_EVERY_SECS: f64 = 10.0;
+/// How many forks of large documents a connection keeps: each holds the whole document in
+/// the client's memory; a row whose fork was dropped gets a new one, under a new actor.
+const LARGE_FORKS_KEPT: usize = 1;
 
 /// The kinds of statement the mix runs; each is timed on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Query {
     /// A new row: the upsert of a fixture's full save.
     Insert,
-    /// `doc || '\x…'::bytea`: one new change.
+    /// `doc || '\x…'::bytea`: one new change, the kind a JS client sends (see [`edits`]).
     Incremental,
     /// `INSERT … ON CONFLICT DO UPDATE SET doc = t.doc || excluded.doc` of a replica's full save.
     Upsert,
@@ -93,6 +97,16 @@ pub struct Timing {
     pub millis: f64,
 }
 
+/// A committed incremental write: what it edited, whether the row held changes its
+/// client had not seen (another connection's: the change does not depend on the heads),
+/// and how many loads the backend counted for it.
+pub struct IncrementalLoads {
+    pub kind: EditKind,
+    pub large: bool,
+    pub concurrent: bool,
+    pub loads: i64,
+}
+
 /// A committed write and the changes it put in the row.
 pub struct Write {
     pub id: i64,
@@ -121,6 +135,7 @@ pub struct Log {
     pub writes: Vec<Write>,
     pub failures: Vec<Failure>,
     pub connection_memory: Vec<ConnectionMemory>,
+    pub incremental_loads: Vec<IncrementalLoads>,
 }
 
 pub struct State {
@@ -132,6 +147,8 @@ pub struct State {
     rows: RwLock<Vec<i64>>,
     /// Each connection's count of writes, the value it puts under its key `soak_w<N>`.
     write_counts: Vec<AtomicU64>,
+    /// The actors whose changes each row holds besides its document's.
+    writers: Mutex<HashMap<i64, HashSet<ActorId>>>,
     begun: Mutex<Option<Instant>>,
     pub log: Mutex<Log>,
 }
@@ -145,6 +162,7 @@ impl State {
             next_id: AtomicI64::new(1),
             rows: RwLock::new(Vec::new()),
             write_counts,
+            writers: Mutex::new(HashMap::new()),
             begun: Mutex::new(None),
             log: Mutex::new(Log::default()),
         }
@@ -166,6 +184,19 @@ impl State {
         self.rows.write().unwrap().push(id);
         let hashes = self.catalogue.for_id(id).heads.clone();
         self.log.lock().unwrap().writes.push(Write { id, query: Query::Insert, hashes });
+    }
+
+    /// Logs a committed write of `change` by `actor` to row `id`.
+    fn committed_write(&self, id: i64, query: Query, change: &Change, actor: &ActorId) {
+        let hashes = vec![change.hash().to_string()];
+        self.log.lock().unwrap().writes.push(Write { id, query, hashes });
+        self.writers.lock().unwrap().entry(id).or_default().insert(actor.clone());
+    }
+
+    /// Whether row `id` holds changes of actors other than `actor` besides its document's.
+    fn written_by_others(&self, id: i64, actor: &ActorId) -> bool {
+        let writers = self.writers.lock().unwrap();
+        writers.get(&id).is_some_and(|actors| actors.iter().any(|other| other != actor))
     }
 
     /// Starts the clock of [`State::seconds`], when the load begins.
@@ -249,6 +280,26 @@ impl State {
     }
 }
 
+/// Commits the replica's pending edit as one change, timed now, and returns it.
+fn commit(doc: &mut AutoCommit) -> Change {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    doc.commit_with(CommitOptions::default().with_time(now_ms));
+    doc.get_last_local_change().expect("a change was just committed").clone()
+}
+
+/// Makes room for one more fork of a large document: drops the least recently used ones
+/// past [`LARGE_FORKS_KEPT`].
+fn drop_oldest_large_fork(forks: &mut HashMap<i64, Fork>) {
+    let large = forks.values().filter(|fork| fork.large).count();
+    if large < LARGE_FORKS_KEPT {
+        return;
+    }
+    let oldest = forks.iter().filter(|(_, fork)| fork.large).min_by_key(|(_, fork)| fork.used);
+    if let Some(id) = oldest.map(|(id, _)| *id) {
+        forks.remove(&id);
+    }
+}
+
 pub fn insert_sql() -> String {
     format!(
         "INSERT INTO {TABLE} (id, kind, doc) VALUES ($1, $2, $3::bytea::automerge) \
@@ -278,14 +329,28 @@ pub async fn create_schema(client: &Client, config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// This connection's replica of a row: only the changes it made itself, under an actor of
-/// its own, so that each write brings exactly one new change.
-struct Replica {
-    doc: AutoCommit,
+/// Which of a connection's replicas of a row an actor writes.
+#[derive(Clone, Copy)]
+enum Role {
+    /// The upserts' replica: only the changes it made itself, so that its full save brings
+    /// exactly one new change.
+    Upsert = 0,
+    /// The incremental writes' replica: a fork of the row's document as a client opens it,
+    /// which never sees the other connections' changes, so its writes to a row others write
+    /// are concurrent with theirs.
+    Fork = 1,
 }
 
-fn actor(worker: usize, id: i64, generation: u32) -> ActorId {
-    let mut bytes = Vec::with_capacity(16);
+/// A fork a connection keeps, and when it last wrote through it.
+struct Fork {
+    doc: AutoCommit,
+    large: bool,
+    used: u64,
+}
+
+fn actor(role: Role, worker: usize, id: i64, generation: u32) -> ActorId {
+    let mut bytes = Vec::with_capacity(17);
+    bytes.push(role as u8);
     bytes.extend_from_slice(&(worker as u32).to_be_bytes());
     bytes.extend_from_slice(&id.to_be_bytes());
     bytes.extend_from_slice(&generation.to_be_bytes());
@@ -301,7 +366,8 @@ pub async fn work(
     deadline: Instant,
 ) -> Result<i64> {
     let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
-    let mut replicas: HashMap<i64, Replica> = HashMap::new();
+    let mut replicas: HashMap<i64, AutoCommit> = HashMap::new();
+    let mut forks: HashMap<i64, Fork> = HashMap::new();
     // A failed write leaves a change the row lacks: the next replica of that row starts a
     // new actor rather than depend on it.
     let mut generations: HashMap<i64, u32> = HashMap::new();
@@ -330,6 +396,7 @@ pub async fn work(
             "SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"
         ))
         .await?;
+    let loads = client.prepare("SELECT loads FROM automerge_memory_usage()").await?;
     let memory = client
         .prepare(
             "SELECT u.allocated_bytes::bigint, u.resident_bytes::bigint,
@@ -370,38 +437,66 @@ pub async fn work(
         });
         let query = query.expect("the pick is below the total weight").0;
         match query {
-            Query::Incremental | Query::Upsert => {
+            Query::Incremental => {
                 let id = state.row_to_write(&mut rng);
                 let generation = *generations.entry(id).or_insert(0);
-                let replica = replicas.entry(id).or_insert_with(|| Replica {
-                    doc: AutoCommit::new().with_actor(actor(worker, id, generation)),
+                let document = state.catalogue.for_id(id);
+                let used = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
+                if !forks.contains_key(&id) && document.large {
+                    drop_oldest_large_fork(&mut forks);
+                }
+                let fork = forks.entry(id).or_insert_with(|| Fork {
+                    doc: document.fork(actor(Role::Fork, worker, id, generation)),
+                    large: document.large,
+                    used,
                 });
-                let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
-                replica.doc.put(ROOT, format!("soak_w{worker}"), count as i64)?;
-                let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
-                replica.doc.put(ROOT, format!("soak_note_w{worker}"), note)?;
-                let now_ms = chrono::Utc::now().timestamp_millis();
-                replica.doc.commit_with(CommitOptions::default().with_time(now_ms));
-                let change =
-                    replica.doc.get_last_local_change().expect("a change was just committed");
-                let hash = change.hash().to_string();
+                fork.used = used;
+                let kind = edits::edit(&mut fork.doc, &mut rng, worker, used)?;
+                let change = commit(&mut fork.doc);
+                let concurrent = state.written_by_others(id, fork.doc.get_actor());
+                let before: i64 = client.query_one(&loads, &[]).await?.get(0);
                 let started = Instant::now();
-                let outcome = if query == Query::Incremental {
-                    client.execute(&incremental, &[&change.raw_bytes(), &id]).await
-                } else {
-                    let save = replica.doc.save();
-                    client.execute(&insert, &[&id, &state.catalogue.for_id(id).name, &save]).await
-                };
+                let outcome = client.execute(&incremental, &[&change.raw_bytes(), &id]).await;
                 let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
                 if state.record(query, Some(id), started, outcome.map(drop)) {
+                    let after: i64 = client.query_one(&loads, &[]).await?.get(0);
                     if updated {
-                        state.log.lock().unwrap().writes.push(Write {
-                            id,
-                            query,
-                            hashes: vec![hash],
+                        state.committed_write(id, query, &change, fork.doc.get_actor());
+                        state.log.lock().unwrap().incremental_loads.push(IncrementalLoads {
+                            kind,
+                            large: document.large,
+                            concurrent,
+                            loads: after - before,
                         });
                     }
                 } else {
+                    forks.remove(&id);
+                    replicas.remove(&id);
+                    *generations.entry(id).or_insert(0) += 1;
+                }
+            }
+            Query::Upsert => {
+                let id = state.row_to_write(&mut rng);
+                let generation = *generations.entry(id).or_insert(0);
+                let replica = replicas.entry(id).or_insert_with(|| {
+                    AutoCommit::new().with_actor(actor(Role::Upsert, worker, id, generation))
+                });
+                let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
+                replica.put(ROOT, format!("soak_w{worker}"), count as i64)?;
+                let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
+                replica.put(ROOT, format!("soak_note_w{worker}"), note)?;
+                let change = commit(replica);
+                let save = replica.save();
+                let started = Instant::now();
+                let outcome =
+                    client.execute(&insert, &[&id, &state.catalogue.for_id(id).name, &save]).await;
+                let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
+                if state.record(query, Some(id), started, outcome.map(drop)) {
+                    if updated {
+                        state.committed_write(id, query, &change, replica.get_actor());
+                    }
+                } else {
+                    forks.remove(&id);
                     replicas.remove(&id);
                     *generations.entry(id).or_insert(0) += 1;
                 }

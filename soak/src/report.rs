@@ -10,7 +10,8 @@ use plotters::prelude::*;
 use report_table::Table;
 use tokio_postgres::Client;
 
-use crate::load::{Query, State, Timing, TABLE};
+use crate::edits::EditKind;
+use crate::load::{IncrementalLoads, Query, State, Timing, TABLE};
 use crate::sampler::Sample;
 use crate::verify::Verification;
 use crate::Config;
@@ -44,6 +45,7 @@ impl Environment {
             "max_connections",
             "pg_automerge.trim_threshold",
             "pg_automerge.max_load_memory",
+            "pg_automerge.append_limit",
             "autovacuum_vacuum_scale_factor",
         ] {
             let value: String =
@@ -358,6 +360,20 @@ pub async fn write(
         ]);
     }
     write!(md, "{sizes}")?;
+
+    writeln!(md, "\n## Incremental writes that loaded\n")?;
+    writeln!(
+        md,
+        "Each incremental write is what a JS client sends (`@automerge/automerge` 3: strings are \
+         text objects), made on the connection's fork of the row's document, which never sees \
+         the other connections' changes: a write is *concurrent* when the row holds changes \
+         of other actors than the fork's (its change does not depend on the row's heads). \
+         Loads are the backend's `automerge_memory_usage().loads` before and after the \
+         statement. A write that appends does not load; one that finds `{}` changes appended \
+         since the last save loads, saves, and starts the count again.\n",
+        setting(environment, "pg_automerge.append_limit")
+    )?;
+    write!(md, "{}", loads_table(&log.incremental_loads))?;
     writeln!(md, "\n## Files\n")?;
     writeln!(
         md,
@@ -370,6 +386,38 @@ pub async fn write(
     let path = dir.join("report.md");
     fs::write(&path, md)?;
     Ok(path)
+}
+
+/// Incremental writes by what they edited: how many, how many were concurrent, how many
+/// loaded (in all, and of the concurrent ones).
+fn loads_table(writes: &[IncrementalLoads]) -> Table {
+    let mut table = Table::left([
+        "write",
+        "count",
+        "to large documents",
+        "concurrent",
+        "loaded",
+        "concurrent that loaded",
+    ]);
+    let share = |part: usize, whole: usize| match whole {
+        0 => "0".to_string(),
+        _ => format!("{part} ({:.1}%)", 100.0 * part as f64 / whole as f64),
+    };
+    let kinds = EditKind::ALL.into_iter().map(Some).chain([None]);
+    for kind in kinds {
+        let rows: Vec<&IncrementalLoads> =
+            writes.iter().filter(|w| kind.is_none_or(|kind| w.kind == kind)).collect();
+        let concurrent: Vec<&&IncrementalLoads> = rows.iter().filter(|w| w.concurrent).collect();
+        table.row([
+            kind.map_or("all", EditKind::name).to_string(),
+            rows.len().to_string(),
+            rows.iter().filter(|w| w.large).count().to_string(),
+            share(concurrent.len(), rows.len()),
+            share(rows.iter().filter(|w| w.loads > 0).count(), rows.len()),
+            share(concurrent.iter().filter(|w| w.loads > 0).count(), concurrent.len()),
+        ]);
+    }
+    table
 }
 
 fn setting<'a>(environment: &'a Environment, name: &str) -> &'a str {
@@ -682,6 +730,25 @@ fn plot_error<E: std::fmt::Display>(error: E) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loads_are_counted_by_edit_and_among_concurrent_writes() {
+        let write =
+            |kind, concurrent, loads| IncrementalLoads { kind, large: false, concurrent, loads };
+        let writes = [
+            write(EditKind::Splice, true, 0),
+            write(EditKind::Splice, true, 1),
+            write(EditKind::Splice, false, 0),
+            write(EditKind::Mark, false, 2),
+        ];
+        let table = loads_table(&writes).to_string();
+        let row = |name: &str| {
+            table.lines().find(|line| line.starts_with(&format!("| {name} "))).unwrap().to_string()
+        };
+        assert!(row("splice into text").contains("| 3 | 0 | 2 (66.7%) | 1 (33.3%) | 1 (50.0%) |"));
+        assert!(row("mark over text").contains("| 1 | 0 | 0 (0.0%) | 1 (100.0%) | 0 |"));
+        assert!(row("all").contains("| 4 | 0 | 2 (50.0%) | 2 (50.0%) | 1 (50.0%) |"));
+    }
 
     #[test]
     fn quantiles_take_the_nearest_rank() {

@@ -202,6 +202,7 @@ pub async fn check(
         },
     });
 
+    invariants.push(every_row_loads(server).await?);
     invariants.push(notifications_match(state, listener));
 
     let over: Vec<String> = final_heaps
@@ -226,6 +227,42 @@ pub async fn check(
 /// Exactly one notification per committed write: as many per row as writes, an INSERT for
 /// each insert, and for each update exactly one notification whose new heads (`heads` less
 /// `previous_heads`) are the one change it wrote.
+/// Every stored value loads, its kept JSON and heads are the loaded document's, and its
+/// next save loads (`automerge_loads`), however its writes took it: appended, loaded or
+/// merged. Read on several connections, each a share of the rows.
+async fn every_row_loads(server: &Server) -> Result<Invariant> {
+    let mut checkers = Vec::new();
+    for share in 0..CHECKING_CONNECTIONS as i64 {
+        let client = server.connect().await?;
+        checkers.push(tokio::spawn(async move {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT id FROM {TABLE} WHERE id % $1 = $2 AND NOT automerge_loads(doc)"
+                    ),
+                    &[&(CHECKING_CONNECTIONS as i64), &share],
+                )
+                .await?;
+            anyhow::Ok(rows.iter().map(|row| row.get::<_, i64>(0)).collect::<Vec<_>>())
+        }));
+    }
+    let mut failing = Vec::new();
+    for checker in checkers {
+        failing.extend(checker.await??);
+    }
+    failing.sort();
+    Ok(Invariant {
+        name: "every row loads, and keeps the loaded document's JSON and heads (automerge_loads)",
+        holds: failing.is_empty(),
+        detail: match failing.is_empty() {
+            true => "automerge_loads(doc) on every row".to_string(),
+            false => {
+                format!("{} rows do not: {:?}", failing.len(), &failing[..failing.len().min(10)])
+            }
+        },
+    })
+}
+
 fn notifications_match(state: &State, listener: &Listener) -> Invariant {
     let received = listener.received();
     let log = state.log.lock().unwrap();
