@@ -287,17 +287,15 @@ fn commit(doc: &mut AutoCommit) -> Change {
     doc.get_last_local_change().expect("a change was just committed").clone()
 }
 
-/// Makes room for one more fork of a large document: drops the least recently used ones
-/// past [`LARGE_FORKS_KEPT`].
-fn drop_oldest_large_fork(forks: &mut HashMap<i64, Fork>) {
+/// The row whose fork to drop to make room for one more fork of a large document: the
+/// least recently used past [`LARGE_FORKS_KEPT`].
+fn large_fork_to_drop(forks: &HashMap<i64, Fork>) -> Option<i64> {
     let large = forks.values().filter(|fork| fork.large).count();
     if large < LARGE_FORKS_KEPT {
-        return;
+        return None;
     }
     let oldest = forks.iter().filter(|(_, fork)| fork.large).min_by_key(|(_, fork)| fork.used);
-    if let Some(id) = oldest.map(|(id, _)| *id) {
-        forks.remove(&id);
-    }
+    oldest.map(|(id, _)| *id)
 }
 
 pub fn insert_sql() -> String {
@@ -443,7 +441,12 @@ pub async fn work(
                 let document = state.catalogue.for_id(id);
                 let used = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
                 if !forks.contains_key(&id) && document.large {
-                    drop_oldest_large_fork(&mut forks);
+                    // The dropped fork's actor wrote changes up to some seq: a new fork of
+                    // that row starts at seq 1 again, so it needs a new actor.
+                    if let Some(dropped) = large_fork_to_drop(&forks) {
+                        forks.remove(&dropped);
+                        *generations.entry(dropped).or_insert(0) += 1;
+                    }
                 }
                 let fork = forks.entry(id).or_insert_with(|| Fork {
                     doc: document.fork(actor(Role::Fork, worker, id, generation)),
