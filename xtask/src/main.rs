@@ -4,6 +4,7 @@
 
 mod bench;
 mod chart;
+mod citus;
 mod cluster;
 mod debian_source;
 mod doc_examples;
