@@ -80,6 +80,9 @@ pub enum TestStep {
     Reliability,
     /// hostile inputs on a cluster of their own, per major
     Hostile,
+    /// a Citus coordinator and two workers: distributed documents, pushdown, shard moves,
+    /// a worker crash, notifications and docs/scaling.md's examples, on 17 and 18
+    Citus,
     /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
     SideBySide,
     /// every benchmark once, quick

@@ -7,6 +7,7 @@ mod chart;
 mod citus;
 mod cluster;
 mod debian_source;
+mod distributed;
 mod doc_examples;
 mod fixtures;
 mod flags;
