@@ -25,7 +25,7 @@ use crate::util::{note, Counts};
 use crate::versions;
 
 /// The database every node serves: Citus needs the same name on each.
-const DATABASE: &str = "citus_documents";
+pub const DATABASE: &str = "citus_documents";
 /// Fewer shards than Citus's 32: as many writers' rows still land on different shards, and
 /// creating, moving and rebalancing them is quicker.
 const SHARDS: usize = 8;
@@ -36,43 +36,59 @@ const OLDER_RELEASE: &str = "0.4.0";
 /// The channel the notification check listens on.
 const CHANNEL: &str = "documents_changed";
 
-/// The coordinator and its two workers.
-struct Nodes {
-    coordinator: Cluster,
-    workers: [Cluster; 2],
+/// The coordinator and its two workers, each a cluster of its own under `target/`.
+pub struct Nodes {
+    pub coordinator: Cluster,
+    pub workers: [Cluster; 2],
 }
 
 impl Nodes {
-    fn all(&self) -> [&Cluster; 3] {
+    /// Starts the three clusters named `citus-<purpose>-…` afresh, with Citus created in
+    /// `DATABASE` on each and the workers added to the coordinator.
+    pub fn start(sh: &Shell, major: PgMajor, purpose: &str) -> Result<Nodes> {
+        let node = |name: &str| -> Result<Cluster> {
+            Ok(Cluster::new(sh, major, &format!("citus-{purpose}-{name}"))?
+                .with_setting("shared_preload_libraries", "citus,pg_automerge")
+                // Shard moves copy by logical replication.
+                .with_setting("wal_level", "logical")
+                // Writes that touch several shards commit with two-phase commit.
+                .with_setting("max_prepared_transactions", "20"))
+        };
+        let nodes = Nodes {
+            coordinator: node("coordinator")?,
+            workers: [node("worker-1")?, node("worker-2")?],
+        };
+        for cluster in nodes.all() {
+            cluster.wipe()?;
+            cluster.init()?;
+            cluster.start()?;
+            cluster.psql("postgres", &format!("CREATE DATABASE {DATABASE};"))?;
+            cluster.psql(DATABASE, "CREATE EXTENSION citus;")?;
+        }
+        let mut add_nodes = format!(
+            "SELECT citus_set_coordinator_host('127.0.0.1', {});\n",
+            nodes.coordinator.port
+        );
+        for worker in &nodes.workers {
+            add_nodes.push_str(&format!("SELECT citus_add_node('127.0.0.1', {});\n", worker.port));
+        }
+        nodes.coordinator.psql(DATABASE, &add_nodes)?;
+        Ok(nodes)
+    }
+
+    pub fn all(&self) -> [&Cluster; 3] {
         [&self.coordinator, &self.workers[0], &self.workers[1]]
+    }
+
+    pub fn stop(&self) -> Result<()> {
+        for cluster in self.all().into_iter().rev() {
+            cluster.stop()?;
+        }
+        Ok(())
     }
 }
 
 pub fn run(sh: &Shell, major: PgMajor) -> Result<Counts> {
-    let node = |name: &str| -> Result<Cluster> {
-        Ok(Cluster::new(sh, major, &format!("citus-{name}"))?
-            .with_setting("shared_preload_libraries", "citus,pg_automerge")
-            // Shard moves copy by logical replication.
-            .with_setting("wal_level", "logical")
-            // Writes that touch several shards commit with two-phase commit.
-            .with_setting("max_prepared_transactions", "20")
-            // The crash under test is a process's, not the machine's.
-            .with_setting("fsync", "off"))
-    };
-    let nodes = Nodes {
-        coordinator: node("coordinator")?,
-        workers: [node("worker-1")?, node("worker-2")?],
-    };
-    let outcome = checks(major, &nodes);
-    for cluster in nodes.all().into_iter().rev() {
-        cluster.stop()?;
-    }
-    outcome
-}
-
-fn checks(major: PgMajor, nodes: &Nodes) -> Result<Counts> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     // pgrx installs the current version and the upgrade scripts; the older release's install
     // script is put beside them, as the reliability step does.
     let extension_dir = PgInstall::shared(major).extension_dir()?;
@@ -82,20 +98,16 @@ fn checks(major: PgMajor, nodes: &Nodes) -> Result<Counts> {
         versions::install_script(OLDER_RELEASE)?.as_bytes(),
         None,
     )?;
-    for cluster in nodes.all() {
-        cluster.wipe()?;
-        cluster.init()?;
-        cluster.start()?;
-        cluster.psql("postgres", &format!("CREATE DATABASE {DATABASE};"))?;
-        cluster.psql(DATABASE, "CREATE EXTENSION citus;")?;
-    }
+    let nodes = Nodes::start(sh, major, "test")?;
+    let outcome = checks(&nodes);
+    nodes.stop()?;
+    outcome
+}
+
+fn checks(nodes: &Nodes) -> Result<Counts> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let coordinator = &nodes.coordinator;
-    let mut add_nodes =
-        format!("SELECT citus_set_coordinator_host('127.0.0.1', {});\n", coordinator.port);
-    for worker in &nodes.workers {
-        add_nodes.push_str(&format!("SELECT citus_add_node('127.0.0.1', {});\n", worker.port));
-    }
-    coordinator.psql(DATABASE, &add_nodes)?;
 
     let mut checks = Checks::default();
     checks.run("ALTER EXTENSION pg_automerge UPDATE on the coordinator reaches every node", || {
@@ -176,7 +188,7 @@ fn extension_update_reaches_every_node(nodes: &Nodes) -> Result<()> {
 
 /// The document of row `id`: a sample, forked by an actor of its own that sets `n` and a
 /// status; rows 1 and 2 hold the same document, so that equality has something to find.
-fn document(id: i64) -> AutoCommit {
+pub fn document(id: i64) -> AutoCommit {
     let samples = fixtures::samples();
     let id = if id == 2 { 1 } else { id };
     let sample = &samples[id as usize % samples.len()];
