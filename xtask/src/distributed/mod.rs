@@ -4,15 +4,9 @@
 //! reference table of documents, beside a plain table of the same documents on the
 //! coordinator, which stands for a single node. Each check is named and counted.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, ROOT};
-use tokio_postgres::{AsyncMessage, NoTls};
 use xshell::Shell;
 
 use crate::cluster::Cluster;
@@ -24,17 +18,18 @@ use crate::reliability::{line_differences, Checks};
 use crate::util::{note, Counts};
 use crate::versions;
 
+mod notifications;
+mod writers;
+
 /// The database every node serves: Citus needs the same name on each.
 pub const DATABASE: &str = "citus_documents";
 /// Fewer shards than Citus's 32: as many writers' rows still land on different shards, and
 /// creating, moving and rebalancing them is quicker.
 const SHARDS: usize = 8;
 /// Documents in the distributed table and in its single-node twin.
-const DOCUMENTS: i64 = 48;
+pub const DOCUMENTS: i64 = 48;
 /// The release the step installs first, to upgrade from.
 const OLDER_RELEASE: &str = "0.4.0";
-/// The channel the notification check listens on.
-const CHANNEL: &str = "documents_changed";
 
 /// The coordinator and its two workers, each a cluster of its own under `target/`.
 pub struct Nodes {
@@ -130,22 +125,22 @@ fn checks(nodes: &Nodes) -> Result<Counts> {
         || routed_writes_load_as_on_one_node(nodes),
     );
     checks.run("concurrent writers on many shards lose no change", || {
-        runtime.block_on(concurrent_writers(coordinator))
+        runtime.block_on(writers::concurrent_writers(coordinator))
     });
     checks.run(
         "citus_move_shard_placement and rebalance_table_shards carry documents byte for byte",
         || moves_carry_documents(coordinator),
     );
     checks.run("a worker killed with SIGKILL mid-write loses no committed write", || {
-        runtime.block_on(worker_crash(nodes))
+        runtime.block_on(writers::worker_crash(nodes))
     });
     checks.run(
         "exactly one notification per distributed write, from the worker, naming the table",
-        || runtime.block_on(notifications(nodes)),
+        || runtime.block_on(notifications::notifications(nodes)),
     );
     checks.run(
         "automerge_notify on a reference table refuses writes instead of notifying per node",
-        || reference_table_notify_refused(coordinator),
+        || notifications::reference_table_notify_refused(coordinator),
     );
     let scaling = project_root().join(doc_examples::CITUS_PAGE);
     let examples = doc_examples::check_file(coordinator, &scaling, DATABASE)?;
@@ -396,301 +391,6 @@ fn moves_carry_documents(coordinator: &Cluster) -> Result<()> {
         after_rebalance == before,
         "after the rebalance (- before, + after):\n{}",
         line_differences(&before, &after_rebalance)
-    );
-    Ok(())
-}
-
-async fn connect(cluster: &Cluster) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(&cluster.conninfo(DATABASE), NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
-}
-
-const WRITERS: usize = 8;
-const WRITES_EACH: usize = 15;
-
-/// Eight writers, two to a row, on four rows of different shards: each applies its own
-/// changes, one at a time, to the row's document; every row ends with every change both of
-/// its writers made.
-async fn concurrent_writers(coordinator: &Cluster) -> Result<()> {
-    let client = connect(coordinator).await?;
-    let rows: Vec<i64> = client
-        .query(
-            "SELECT min(id) FROM docs GROUP BY get_shard_id_for_distribution_column('docs', id) \
-             ORDER BY 1 LIMIT 4",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    ensure!(rows.len() == 4, "the rows fall on {} shards", rows.len());
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        let id = rows[w % rows.len()];
-        let writer = connect(coordinator).await?;
-        let saved: Vec<u8> =
-            writer.query_one("SELECT doc::bytea FROM docs WHERE id = $1", &[&id]).await?.get(0);
-        tasks.push(tokio::spawn(async move {
-            let mut actor = [0xee; 16];
-            actor[0] = w as u8;
-            let mut doc = AutoCommit::load(&saved)?.with_actor(ActorId::from(actor));
-            for i in 0..WRITES_EACH {
-                let heads = doc.get_heads();
-                doc.put(ROOT, format!("writer {w}"), i as i64)?;
-                doc.commit();
-                let changes = doc.save_after(&heads);
-                let updated = writer
-                    .execute(
-                        "UPDATE docs SET doc = doc || $1::bytea WHERE id = $2",
-                        &[&changes, &id],
-                    )
-                    .await?;
-                ensure!(updated == 1, "writer {w}: {updated} rows updated");
-            }
-            Ok::<_, anyhow::Error>((id, doc))
-        }));
-    }
-    let mut wanted: std::collections::BTreeMap<i64, BTreeSet<String>> = Default::default();
-    for task in tasks {
-        let (id, mut doc) = task.await??;
-        let hashes = doc.get_changes(&[]).iter().map(|c| c.hash().to_string()).collect::<Vec<_>>();
-        wanted.entry(id).or_default().extend(hashes);
-    }
-    for (id, wanted) in wanted {
-        let stored: Vec<String> = client
-            .query_one(
-                "SELECT ARRAY(SELECT hash FROM automerge_changes(doc)) FROM docs WHERE id = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        let stored: BTreeSet<String> = stored.into_iter().collect();
-        ensure!(
-            stored == wanted,
-            "row {id}: {} changes stored, {} written",
-            stored.len(),
-            wanted.len()
-        );
-    }
-    Ok(())
-}
-
-/// Writers send one change at a time through the coordinator to rows on the first worker,
-/// which is killed with SIGKILL and started again meanwhile; a write that fails is sent
-/// again with every change since the last acknowledged one. Each row must end with every
-/// change: nothing committed is lost, nothing is applied twice.
-async fn worker_crash(nodes: &Nodes) -> Result<()> {
-    let (coordinator, victim) = (&nodes.coordinator, &nodes.workers[0]);
-    let client = connect(coordinator).await?;
-    let rows: Vec<i64> = client
-        .query(
-            // On the coordinator alone: which rows the worker's shards hold.
-            "SELECT id FROM generate_series(1::bigint, $2) id WHERE EXISTS (SELECT FROM citus_shards s \
-             WHERE s.table_name = 'docs'::regclass AND s.nodeport = $1 \
-             AND s.shardid = get_shard_id_for_distribution_column('docs', id)) ORDER BY id LIMIT 3",
-            &[&i32::from(victim.port), &DOCUMENTS],
-        )
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    ensure!(!rows.is_empty(), "no rows on the worker at port {}", victim.port);
-    let acknowledged = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for (w, &id) in rows.iter().enumerate() {
-        let conninfo = coordinator.conninfo(DATABASE);
-        let saved: Vec<u8> =
-            client.query_one("SELECT doc::bytea FROM docs WHERE id = $1", &[&id]).await?.get(0);
-        let acknowledged = acknowledged.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut actor = [0xcc; 16];
-            actor[0] = w as u8;
-            let mut doc = AutoCommit::load(&saved)?.with_actor(ActorId::from(actor));
-            let mut acked_heads = doc.get_heads();
-            let mut writer: Option<tokio_postgres::Client> = None;
-            let deadline = Instant::now() + Duration::from_secs(120);
-            let mut written = 0;
-            while written < 40 {
-                ensure!(Instant::now() < deadline, "writer {w} ran out of time");
-                if doc.get_heads() == acked_heads {
-                    doc.put(ROOT, "crash count", written as i64)?;
-                    doc.commit();
-                }
-                let connected = match writer.take() {
-                    Some(c) if !c.is_closed() => c,
-                    _ => match tokio_postgres::connect(&conninfo, NoTls).await {
-                        Ok((c, connection)) => {
-                            tokio::spawn(connection);
-                            c
-                        }
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    },
-                };
-                let changes = doc.save_after(&acked_heads);
-                match connected
-                    .execute(
-                        "UPDATE docs SET doc = doc || $1::bytea WHERE id = $2",
-                        &[&changes, &id],
-                    )
-                    .await
-                {
-                    Ok(1) => {
-                        acked_heads = doc.get_heads();
-                        written += 1;
-                        acknowledged.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Ok(n) => bail!("writer {w}: {n} rows updated"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-                writer = Some(connected);
-            }
-            Ok::<_, anyhow::Error>((id, doc))
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while acknowledged.load(Ordering::SeqCst) < 10 * rows.len() {
-        ensure!(Instant::now() < deadline, "the writers stalled before the crash");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let before = acknowledged.load(Ordering::SeqCst);
-    tokio::task::block_in_place(|| -> Result<()> {
-        victim.kill_postmaster()?;
-        victim.start_after_crash()
-    })?;
-    let mut docs = Vec::new();
-    for task in tasks {
-        docs.push(task.await??);
-    }
-    for (id, mut doc) in docs {
-        let stored: Vec<String> = client
-            .query_one(
-                "SELECT ARRAY(SELECT hash FROM automerge_changes(doc)) FROM docs WHERE id = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        let stored: BTreeSet<String> = stored.into_iter().collect();
-        let wanted: BTreeSet<String> =
-            doc.get_changes(&[]).iter().map(|c| c.hash().to_string()).collect();
-        ensure!(
-            stored == wanted,
-            "row {id}: {} changes stored, {} written",
-            stored.len(),
-            wanted.len()
-        );
-    }
-    note(format!(
-        "{} writes acknowledged on {} rows, {before} before the worker was killed",
-        acknowledged.load(Ordering::SeqCst),
-        rows.len()
-    ));
-    Ok(())
-}
-
-/// A listener that hands every notification of `CHANNEL` on `cluster` to the channel.
-async fn listen(
-    cluster: &Cluster,
-) -> Result<(tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>)> {
-    let (client, mut connection) =
-        tokio_postgres::connect(&cluster.conninfo(DATABASE), NoTls).await?;
-    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(message)) = futures_util::StreamExt::next(&mut messages).await {
-            if let AsyncMessage::Notification(notification) = message {
-                let _ = sender.send(notification.payload().to_string());
-            }
-        }
-    });
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    Ok((client, receiver))
-}
-
-/// The trigger is created on the distributed table, which Citus creates on every shard;
-/// listeners on the workers (and one on the coordinator, which must hear nothing) count
-/// what a batch of writes through the coordinator sends.
-async fn notifications(nodes: &Nodes) -> Result<()> {
-    let coordinator = &nodes.coordinator;
-    coordinator.psql(
-        DATABASE,
-        &format!(
-            "SET citus.enable_unsafe_triggers = on;\n\
-             CREATE TRIGGER docs_notify AFTER INSERT OR UPDATE OR DELETE ON docs \
-             FOR EACH ROW EXECUTE FUNCTION automerge_notify('{CHANNEL}', 'doc', 'id');"
-        ),
-    )?;
-    let mut listeners = Vec::new();
-    for cluster in nodes.all() {
-        listeners.push(listen(cluster).await?);
-    }
-    let client = connect(coordinator).await?;
-    let ids: Vec<i64> = (1..=12).collect();
-    for &id in &ids {
-        client
-            .execute(
-                "UPDATE docs SET doc = doc || $1::bytea::automerge WHERE id = $2",
-                &[&document(id + 100).save(), &id],
-            )
-            .await?;
-    }
-    // A write that changes no document sends nothing.
-    client.execute("UPDATE docs SET doc = doc || doc WHERE id = 1", &[]).await?;
-    client.execute("INSERT INTO docs VALUES (1000, '\\x')", &[]).await?;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut heard: Vec<Vec<serde_json::Value>> = Vec::new();
-    for (_, receiver) in &mut listeners {
-        let mut payloads = Vec::new();
-        while let Ok(payload) = receiver.try_recv() {
-            payloads.push(serde_json::from_str(&payload)?);
-        }
-        heard.push(payloads);
-    }
-    ensure!(heard[0].is_empty(), "the coordinator sent {} notifications", heard[0].len());
-    let all: Vec<&serde_json::Value> = heard[1..].iter().flatten().collect();
-    let mut keys: Vec<i64> = all.iter().filter_map(|p| p["key"]["id"].as_i64()).collect();
-    keys.sort();
-    let mut wanted = ids.clone();
-    wanted.push(1000);
-    ensure!(keys == wanted, "notified keys {keys:?}, written {wanted:?}");
-    ensure!(
-        all.iter().all(|p| p["table"] == "public.docs"),
-        "payloads do not all name public.docs: {all:?}"
-    );
-    note(format!(
-        "{} notifications for {} writes: {} from worker 1, {} from worker 2, none from the coordinator",
-        all.len(),
-        wanted.len() + 1,
-        heard[1].len(),
-        heard[2].len()
-    ));
-    coordinator.psql(
-        DATABASE,
-        "DELETE FROM docs WHERE id = 1000;\nSET citus.enable_unsafe_triggers = on;\n\
-             DROP TRIGGER docs_notify ON docs;",
-    )?;
-    Ok(())
-}
-
-fn reference_table_notify_refused(coordinator: &Cluster) -> Result<()> {
-    let session = coordinator.psql_session(
-        DATABASE,
-        &format!(
-            "SET citus.enable_unsafe_triggers = on;\n\
-             CREATE TRIGGER templates_notify AFTER INSERT OR UPDATE OR DELETE ON templates \
-             FOR EACH ROW EXECUTE FUNCTION automerge_notify('{CHANNEL}', 'doc', 'name');\n\
-             INSERT INTO templates VALUES ('blank', '\\x');\n\
-             DROP TRIGGER templates_notify ON templates;"
-        ),
-        &[],
-    )?;
-    ensure!(
-        session.text.contains("cannot notify for the reference table public.templates"),
-        "the write was not refused:\n{}",
-        session.text
     );
     Ok(())
 }
