@@ -297,7 +297,7 @@ fn routed_writes_load_as_on_one_node(nodes: &Nodes) -> Result<()> {
 }
 
 fn last_line(output: &str) -> String {
-    output.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or_default().trim().to_string()
+    output.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default().trim().to_string()
 }
 
 /// Runs `sql` with `{table}` as the distributed table and as its single-node twin: the
