@@ -54,7 +54,7 @@ fn automerge_merge_state_combine(
 ) -> Option<MergeStateDatum> {
     const FUNCTION: &str = "automerge_merge_state_combine";
     let context = aggregate_context(fcinfo, FUNCTION);
-    let Some(right) = right else { return left };
+    let Some(mut right) = right else { return left };
     // Take the right document out, so that its memory does not live on beside the merge.
     let other = right.take(FUNCTION);
     Some(match left {
@@ -66,7 +66,7 @@ fn automerge_merge_state_combine(
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_state_result(state: MergeStateDatum) -> StoredDoc<'static> {
+fn automerge_merge_state_result(mut state: MergeStateDatum) -> StoredDoc<'static> {
     state.with_state("automerge_merge_agg", |merged| {
         StoredDoc::owned(
             document::to_stored(&merged.doc, gucs::write_settings())

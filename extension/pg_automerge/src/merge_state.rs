@@ -78,7 +78,7 @@ impl MergeStateDatum {
 
     /// The state this datum holds when it is one of our expanded objects, and whether we
     /// may change it (a read-write pointer).
-    fn expanded_state(&self) -> Option<(&mut Held, bool)> {
+    fn expanded_state(&mut self) -> Option<(&mut Held, bool)> {
         // SAFETY: a datum of this type is a varlena; an expanded one points at an
         // ExpandedObjectHeader, which for this type is always the head of an `Expanded`.
         unsafe {
@@ -110,7 +110,7 @@ impl MergeStateDatum {
 
     /// Moves the merge out of this datum when we may change it; otherwise a copy (loaded
     /// from the flat bytes, or cloned from a read-only expanded state).
-    pub fn take(&self, function: &'static str) -> MergeState {
+    pub fn take(&mut self, function: &'static str) -> MergeState {
         match self.expanded_state() {
             Some((held, true)) => {
                 held.flat = None;
@@ -126,7 +126,7 @@ impl MergeStateDatum {
     /// Runs `change` on the state in place when this is a read-write expanded state, and
     /// returns this datum; otherwise makes a new expanded state below `context` from a copy.
     pub fn update(
-        self,
+        mut self,
         function: &'static str,
         context: pg_sys::MemoryContext,
         change: impl FnOnce(&mut MergeState) -> Result<(), Error>,
@@ -142,7 +142,11 @@ impl MergeStateDatum {
     }
 
     /// Reads the merge, from the expanded state or by loading the flat bytes.
-    pub fn with_state<T>(&self, function: &'static str, read: impl FnOnce(&MergeState) -> T) -> T {
+    pub fn with_state<T>(
+        &mut self,
+        function: &'static str,
+        read: impl FnOnce(&MergeState) -> T,
+    ) -> T {
         match self.expanded_state() {
             Some((held, _)) => read(&held.state),
             None => read(&self.take(function)),
@@ -150,7 +154,7 @@ impl MergeStateDatum {
     }
 
     /// The state's saved bytes, as the send and output functions give them.
-    fn saved(&self) -> Vec<u8> {
+    fn saved(&mut self) -> Vec<u8> {
         match self.expanded_state() {
             Some((held, _)) => saved_of(held).to_vec(),
             None => self.flat_bytes().to_vec(),
@@ -206,7 +210,7 @@ fn automerge_merge_state_in(input: &CStr) -> MergeStateDatum {
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_state_out(state: MergeStateDatum) -> CString {
+fn automerge_merge_state_out(mut state: MergeStateDatum) -> CString {
     CString::new(text_form::format(&state.saved())).expect("hex digits contain no NUL")
 }
 
@@ -224,7 +228,7 @@ fn automerge_merge_state_recv(mut buf: Internal) -> MergeStateDatum {
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_state_send(state: MergeStateDatum) -> Vec<u8> {
+fn automerge_merge_state_send(mut state: MergeStateDatum) -> Vec<u8> {
     state.saved()
 }
 
