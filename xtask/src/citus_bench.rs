@@ -254,6 +254,15 @@ fn report(
         format!("{citus:.0}"),
         format!("{:.2}x", citus / one),
     ]);
+    let counts = |setup: &str| {
+        runs[setup].iter().map(|r| r.operations.to_string()).collect::<Vec<_>>().join(", ")
+    };
+    table.row([
+        "operations in each run".to_string(),
+        counts("one node"),
+        counts("Citus"),
+        String::new(),
+    ]);
     for operation in [Operation::Read, Operation::Append, Operation::Upsert] {
         let (one, citus) = (latency("one node", operation), latency("Citus", operation));
         table.row([
