@@ -51,7 +51,7 @@ impl Operation {
     fn name(self) -> &'static str {
         match self {
             Operation::Read => "read doc->>'title'",
-            Operation::Append => "doc || change",
+            Operation::Append => "doc \\|\\| change",
             Operation::Upsert => "upsert of a full save",
         }
     }
