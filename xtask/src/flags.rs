@@ -36,6 +36,9 @@ pub enum Verb {
     Image(ImageFlags),
     /// Run the long mixed load against the Docker image and write a report under results/.
     Soak(SoakFlags),
+    /// Run the soak's mix briefly against one node and against a Citus coordinator with two
+    /// workers on this machine, and write the comparison under results/.
+    CitusBench(CitusBenchFlags),
 }
 
 #[derive(Args, Debug)]
@@ -80,6 +83,9 @@ pub enum TestStep {
     Reliability,
     /// hostile inputs on a cluster of their own, per major
     Hostile,
+    /// a Citus coordinator and two workers: distributed documents, pushdown, shard moves,
+    /// a worker crash, notifications and docs/scaling.md's examples, on 17 and 18
+    Citus,
     /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
     SideBySide,
     /// every benchmark once, quick
@@ -198,6 +204,22 @@ pub struct SoakFlags {
     /// The image to build on, as for `cargo xtask image`.
     #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
+}
+
+#[derive(Args, Debug)]
+pub struct CitusBenchFlags {
+    /// Which PostgreSQL major the nodes run: 17 or 18.
+    #[arg(long, value_enum, default_value_t = PgMajor::Pg17)]
+    pub pg: PgMajor,
+    /// How many times each setup runs the mix, alternating; the report gives medians.
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// How long each run lasts, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub seconds: u64,
+    /// How many connections run the mix.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

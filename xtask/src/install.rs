@@ -193,7 +193,7 @@ pub fn write_file(dest: &Path, bytes: &[u8], permissions: Option<fs::Permissions
         .with_context(|| format!("renaming {} to {}", beside.display(), dest.display()))
 }
 
-fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();

@@ -4,8 +4,11 @@
 
 mod bench;
 mod chart;
+mod citus;
+mod citus_bench;
 mod cluster;
 mod debian_source;
+mod distributed;
 mod doc_examples;
 mod fixtures;
 mod flags;
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Fuzz(flags) => flags.run(&sh),
         flags::Verb::Image(flags) => flags.run(&sh),
         flags::Verb::Soak(flags) => flags.run(&sh),
+        flags::Verb::CitusBench(flags) => flags.run(&sh),
     }
 }
 

@@ -113,13 +113,14 @@ fn scenarios(primary: &Cluster, standby: &Cluster, subscriber: &Cluster) -> Resu
     Ok(Outcome { counts: checks.counts, crashes_survived, upgrades })
 }
 
+/// Named checks, each printed as it passes or fails, and counted.
 #[derive(Default)]
-struct Checks {
-    counts: Counts,
+pub struct Checks {
+    pub counts: Counts,
 }
 
 impl Checks {
-    fn run(&mut self, name: &str, check: impl FnOnce() -> Result<()>) {
+    pub fn run(&mut self, name: &str, check: impl FnOnce() -> Result<()>) {
         let started = Instant::now();
         match check() {
             Ok(()) => {
@@ -703,7 +704,7 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> Result<bool>) -> Result
 }
 
 /// The lines only one side has, marked - and +, for failure messages.
-fn line_differences(left: &str, right: &str) -> String {
+pub fn line_differences(left: &str, right: &str) -> String {
     let (l, r): (BTreeSet<&str>, BTreeSet<&str>) =
         (left.lines().collect(), right.lines().collect());
     let mut out: Vec<String> = l.difference(&r).map(|line| format!("- {line}")).collect();

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::citus;
 use crate::debian_source;
 use crate::flags::SetupFlags;
 use crate::postgres::{is_root, PgMajor, Provenance};
@@ -41,6 +42,11 @@ impl SetupFlags {
         for major in self.pg.majors() {
             let pg_config = step(&format!("{major}"), || provide_major(sh, major))?;
             pg_configs.insert(major, pg_config);
+            if citus::MAJORS.contains(&major) {
+                step(&format!("Citus {} for {major}", citus::VERSION), || {
+                    citus::ensure_built(major)
+                })?;
+            }
         }
         step("pgrx configuration", || configure_pgrx(sh, &pg_configs))
     }
@@ -66,6 +72,7 @@ fn check_platform() -> Result<()> {
 
 fn required_packages() -> Vec<&'static str> {
     let mut packages = BUILD_PACKAGES.to_vec();
+    packages.extend(citus::BUILD_PACKAGES.iter().filter(|p| !BUILD_PACKAGES.contains(p)));
     for major in PgMajor::ALL {
         if let Provenance::DebianPackages { packages: own, .. } = major.provenance() {
             packages.extend_from_slice(own);

@@ -13,7 +13,9 @@ use xshell::{cmd, Shell};
 use std::path::PathBuf;
 
 use crate::bench;
+use crate::citus;
 use crate::cluster::{checkout_id, Cluster};
+use crate::distributed;
 use crate::doc_examples;
 use crate::flags::{BenchScale, SetupFlags, TestFlags, TestStep, DEBOOTSTRAP_BASE};
 use crate::fuzz;
@@ -33,7 +35,7 @@ impl TestFlags {
         let mut summary: Vec<String> = Vec::new();
         let mut total = Counts::default();
         let runs = |wanted: TestStep| self.only.is_empty() || self.only.contains(&wanted);
-        use TestStep::{Docs, Hostile, Reliability, SideBySide, Snapshots};
+        use TestStep::{Citus, Docs, Hostile, Reliability, SideBySide, Snapshots};
 
         if runs(TestStep::Lints) {
             let lints = step("lints: clippy on every crate and target, warnings denied", || {
@@ -123,7 +125,10 @@ impl TestFlags {
                     step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
                 summary.push(format!("{major}: extension tests {extension}"));
                 total += extension;
-            } else if [Docs, Snapshots, Reliability, Hostile, SideBySide].into_iter().any(runs) {
+            } else if [Docs, Snapshots, Reliability, Hostile, Citus, SideBySide]
+                .into_iter()
+                .any(runs)
+            {
                 // The extension tests install the build the later steps use; without them,
                 // install it here.
                 step(&format!("{major}: install the extension (debug build)"), || {
@@ -161,6 +166,14 @@ impl TestFlags {
                     step(&format!("{major}: hostile inputs"), || hostile_inputs(sh, major))?;
                 summary.push(format!("{major}: hostile inputs: {hostile}"));
                 total += hostile;
+            }
+            if runs(TestStep::Citus) && citus::MAJORS.contains(&major) {
+                let distributed =
+                    step(&format!("{major}: Citus, a coordinator and two workers"), || {
+                        distributed::run(sh, major)
+                    })?;
+                summary.push(format!("{major}: Citus: {distributed}"));
+                total += distributed;
             }
             if let Some(beside) = beside {
                 let unharmed = step(

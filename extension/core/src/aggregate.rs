@@ -13,7 +13,7 @@ use crate::estimate::{
 use crate::{format, writes, Error};
 
 /// The merged document and what loading it is estimated to take.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MergeState {
     pub doc: Automerge,
     /// Operations of `doc`.

@@ -121,3 +121,89 @@ CREATE FUNCTION "automerge_html"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_html_at_wrapper';
+
+-- 0.5.0 gives merge_agg a transition type of its own, automerge_merge_state, in place of
+-- internal: Citus pushes an aggregate down to its workers only when the state is a real
+-- type it can ship between nodes (see docs/scaling.md). The aggregate and its functions are
+-- made again with functions of new names (the library keeps the old C symbols, which refuse
+-- with a hint to update); a state travels as the merged document's Automerge bytes, so the
+-- serialize and deserialize functions that internal needed are gone.
+
+DROP AGGREGATE merge_agg(automerge);
+DROP FUNCTION automerge_merge_agg_transition(internal, automerge);
+DROP FUNCTION automerge_merge_agg_combine(internal, internal);
+DROP FUNCTION automerge_merge_agg_serialize(internal);
+DROP FUNCTION automerge_merge_agg_deserialize(bytea, internal);
+DROP FUNCTION automerge_merge_agg_final(internal);
+
+CREATE TYPE automerge_merge_state; -- a shell type: its I/O functions are defined next
+
+CREATE FUNCTION "automerge_merge_state_in"(
+	"input" cstring
+) RETURNS automerge_merge_state
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_in_wrapper';
+
+CREATE FUNCTION "automerge_merge_state_out"(
+	"state" automerge_merge_state
+) RETURNS cstring
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_out_wrapper';
+
+CREATE FUNCTION "automerge_merge_state_recv"(
+	"buf" internal
+) RETURNS automerge_merge_state
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_recv_wrapper';
+
+CREATE FUNCTION "automerge_merge_state_send"(
+	"state" automerge_merge_state
+) RETURNS bytea
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_send_wrapper';
+
+CREATE TYPE automerge_merge_state (
+    INPUT = automerge_merge_state_in,
+    OUTPUT = automerge_merge_state_out,
+    RECEIVE = automerge_merge_state_recv,
+    SEND = automerge_merge_state_send,
+    INTERNALLENGTH = VARIABLE,
+    STORAGE = external
+);
+COMMENT ON TYPE automerge_merge_state IS 'the state of merge_agg: the merge so far, as Automerge bytes';
+
+CREATE FUNCTION "automerge_merge_state_add"(
+	"state" automerge_merge_state,
+	"doc" automerge
+) RETURNS automerge_merge_state
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_add_wrapper';
+
+CREATE FUNCTION "automerge_merge_state_combine"(
+	"left" automerge_merge_state,
+	"right" automerge_merge_state
+) RETURNS automerge_merge_state
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_combine_wrapper';
+
+CREATE FUNCTION "automerge_merge_state_result"(
+	"state" automerge_merge_state
+) RETURNS automerge
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_merge_state_result_wrapper';
+
+CREATE AGGREGATE merge_agg(automerge) (
+    SFUNC = automerge_merge_state_add,
+    STYPE = automerge_merge_state,
+    FINALFUNC = automerge_merge_state_result,
+    COMBINEFUNC = automerge_merge_state_combine,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the group';

@@ -18,6 +18,7 @@ mod kept_json;
 mod markdown;
 mod memory;
 mod merge_agg;
+mod merge_state;
 mod notify;
 mod repair;
 mod spans;

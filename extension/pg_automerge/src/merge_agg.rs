@@ -1,100 +1,73 @@
-//! `merge_agg(automerge)`: the merge of every document in a group. Its state is the loaded
-//! document with the counts of its load estimate (`pg_automerge_core::aggregate`), kept in
-//! the aggregate's memory context (and dropped with it); parallel query runs partial
-//! aggregates in workers and ships their states as saved bytes. Each step checks the
-//! running estimate of the state plus the incoming document against
-//! `pg_automerge.max_load_memory` before it loads anything.
+//! `merge_agg(automerge)`: the merge of every document in a group. Its state is an
+//! `automerge_merge_state` (`merge_state.rs`): the loaded document with the counts of its
+//! load estimate (`pg_automerge_core::aggregate`), changed in place from row to row.
+//! Parallel query and Citus run partial aggregates (in parallel workers, on every worker
+//! node) and ship their states as saved bytes to the combine. Each step checks the running
+//! estimate of the state plus the incoming document against `pg_automerge.max_load_memory`
+//! before it loads anything.
 
 use pg_automerge_core::aggregate::MergeState;
 use pg_automerge_core::document;
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, Internal, PgMemoryContexts};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
 use crate::gucs;
+use crate::merge_state::MergeStateDatum;
 
-/// The aggregate's memory context: the state must outlive each call.
-fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> PgMemoryContexts {
+/// The aggregate's memory context, where a state must live to outlive each call.
+fn aggregate_context(fcinfo: pg_sys::FunctionCallInfo, function: &str) -> pg_sys::MemoryContext {
     let mut context = std::ptr::null_mut();
     // SAFETY: fcinfo is this call's, as Postgres passed it.
     if unsafe { pg_sys::AggCheckCallContext(fcinfo, &mut context) } == 0 {
         error!("{function} can only be called as part of merge_agg");
     }
-    PgMemoryContexts::For(context)
-}
-
-/// A new state holding `merged`, allocated in `context` and dropped when it is reset.
-fn new_state(merged: MergeState, mut context: PgMemoryContexts) -> Internal {
-    Internal::from(Some(pg_sys::Datum::from(context.leak_and_drop_on_delete(merged))))
-}
-
-/// The merge a state holds, if it holds one.
-fn state_of(state: &mut Internal) -> Option<&mut MergeState> {
-    // SAFETY: an initialized state of this aggregate always holds a MergeState.
-    unsafe { state.get_mut::<MergeState>() }
+    context
 }
 
 #[pg_extern(immutable, parallel_safe)]
-fn automerge_merge_agg_transition(
-    mut state: Internal,
+fn automerge_merge_state_add(
+    state: Option<MergeStateDatum>,
     doc: Option<StoredDoc<'_>>,
     fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    const FUNCTION: &str = "automerge_merge_agg_transition";
+) -> Option<MergeStateDatum> {
+    const FUNCTION: &str = "automerge_merge_state_add";
+    let context = aggregate_context(fcinfo, FUNCTION);
     // NULLs leave the state as it is, so that only NULLs give NULL.
     let Some(doc) = doc else { return state };
     let limit = gucs::load_limit();
-    match state_of(&mut state) {
-        Some(merged) => {
-            merged.add(doc.stored(), limit).or_raise(FUNCTION);
-            state
-        }
-        None => new_state(
+    Some(match state {
+        Some(state) => state.update(FUNCTION, context, |merged| merged.add(doc.stored(), limit)),
+        None => MergeStateDatum::expanded(
             MergeState::first(doc.stored(), limit).or_raise(FUNCTION),
-            aggregate_context(fcinfo, FUNCTION),
+            context,
         ),
-    }
+    })
 }
 
 #[pg_extern(immutable, parallel_safe)]
-fn automerge_merge_agg_combine(
-    mut left: Internal,
-    mut right: Internal,
+fn automerge_merge_state_combine(
+    left: Option<MergeStateDatum>,
+    right: Option<MergeStateDatum>,
     fcinfo: pg_sys::FunctionCallInfo,
-) -> Internal {
-    const FUNCTION: &str = "automerge_merge_agg_combine";
-    let Some(other) = state_of(&mut right) else { return left };
+) -> Option<MergeStateDatum> {
+    const FUNCTION: &str = "automerge_merge_state_combine";
+    let context = aggregate_context(fcinfo, FUNCTION);
+    let Some(mut right) = right else { return left };
     // Take the right document out, so that its memory does not live on beside the merge.
-    let other = std::mem::replace(other, MergeState::empty());
-    match state_of(&mut left) {
-        Some(merged) => {
-            merged.combine(other, gucs::load_limit()).or_raise(FUNCTION);
-            left
+    let other = right.take(FUNCTION);
+    Some(match left {
+        Some(left) => {
+            left.update(FUNCTION, context, |merged| merged.combine(other, gucs::load_limit()))
         }
-        None => new_state(other, aggregate_context(fcinfo, FUNCTION)),
-    }
+        None => MergeStateDatum::expanded(other, context),
+    })
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_agg_serialize(mut state: Internal) -> Vec<u8> {
-    state_of(&mut state)
-        .map(|merged| document::save(&merged.doc).or_raise("automerge_merge_agg_serialize"))
-        .unwrap_or_default()
-}
-
-/// Postgres calls this in a per-row context and hands the result to the combine function,
-/// which moves what it keeps into the aggregate's context.
-#[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_merge_agg_deserialize(bytes: &[u8], _unused: Internal) -> Internal {
-    let merged = MergeState::from_saved(bytes, gucs::load_limit())
-        .or_raise("automerge_merge_agg_deserialize");
-    new_state(merged, PgMemoryContexts::CurrentMemoryContext)
-}
-
-#[pg_extern(immutable, parallel_safe)]
-fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> {
-    state_of(&mut state).map(|merged| {
+fn automerge_merge_state_result(mut state: MergeStateDatum) -> StoredDoc<'static> {
+    state.with_state("automerge_merge_agg", |merged| {
         StoredDoc::owned(
             document::to_stored(&merged.doc, gucs::write_settings())
                 .or_raise("automerge_merge_agg"),
@@ -105,12 +78,10 @@ fn automerge_merge_agg_final(mut state: Internal) -> Option<StoredDoc<'static>> 
 extension_sql!(
     r#"
 CREATE AGGREGATE merge_agg(automerge) (
-    SFUNC = automerge_merge_agg_transition,
-    STYPE = internal,
-    FINALFUNC = automerge_merge_agg_final,
-    COMBINEFUNC = automerge_merge_agg_combine,
-    SERIALFUNC = automerge_merge_agg_serialize,
-    DESERIALFUNC = automerge_merge_agg_deserialize,
+    SFUNC = automerge_merge_state_add,
+    STYPE = automerge_merge_state,
+    FINALFUNC = automerge_merge_state_result,
+    COMBINEFUNC = automerge_merge_state_combine,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the group';
@@ -118,13 +89,45 @@ COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the
     name = "merge_agg",
     requires = [
         "automerge_type",
-        automerge_merge_agg_transition,
-        automerge_merge_agg_combine,
-        automerge_merge_agg_serialize,
-        automerge_merge_agg_deserialize,
-        automerge_merge_agg_final
+        "automerge_merge_state_type",
+        automerge_merge_state_add,
+        automerge_merge_state_combine,
+        automerge_merge_state_result
     ],
 );
+
+/// The C functions of 0.4.0's `merge_agg`, whose state was `internal`: a database still on
+/// 0.4.0's SQL calls them with the new library until `ALTER EXTENSION pg_automerge UPDATE`
+/// replaces the aggregate. They refuse with the way out instead of reading a state of
+/// another shape; no SQL of 0.5.0 names them.
+macro_rules! replaced_by_the_update {
+    ($($symbol:ident, $finfo:ident;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const VERSION_1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &VERSION_1
+        }
+
+        #[no_mangle]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $symbol(_fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            crate::errors::raise_sqlstate(
+                pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "merge_agg was defined by an older version of pg_automerge".to_string(),
+                Some("Run ALTER EXTENSION pg_automerge UPDATE."),
+                "merge_agg",
+            )
+        }
+    )*};
+}
+
+replaced_by_the_update! {
+    automerge_merge_agg_transition_wrapper, pg_finfo_automerge_merge_agg_transition_wrapper;
+    automerge_merge_agg_combine_wrapper, pg_finfo_automerge_merge_agg_combine_wrapper;
+    automerge_merge_agg_serialize_wrapper, pg_finfo_automerge_merge_agg_serialize_wrapper;
+    automerge_merge_agg_deserialize_wrapper, pg_finfo_automerge_merge_agg_deserialize_wrapper;
+    automerge_merge_agg_final_wrapper, pg_finfo_automerge_merge_agg_final_wrapper;
+}
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

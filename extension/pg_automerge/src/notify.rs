@@ -72,10 +72,43 @@ fn automerge_notify<'a>(
         return Ok(None);
     }
     let table = format!("{}.{}", trigger.table_schema()?, trigger.table_name()?);
+    let table = distributed_table_of_shard(&table).unwrap_or(table);
     let payload = payload(&table, operation.to_string().as_str(), key, new_heads, previous_heads);
     Spi::run_with_args("SELECT pg_notify($1, $2)", &[channel.as_str().into(), payload.into()])
         .unwrap_or_else(|err| error!("{FUNCTION}: {err}"));
     Ok(None)
+}
+
+/// On a Citus worker, the trigger fires on a shard (`public.docs_102008`): the payload names
+/// the distributed table (`public.docs`) that clients write to. A shard of a reference
+/// table is refused: it has a placement on every node, each of which would notify.
+fn distributed_table_of_shard(table: &str) -> Option<String> {
+    let (_, suffix) = table.rsplit_once('_')?;
+    let shard_id: i64 = suffix.parse().ok()?;
+    let citus = Spi::get_one::<bool>("SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL")
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    if !citus {
+        return None;
+    }
+    let owner = Spi::get_two_with_args::<String, bool>(
+        "SELECT n.nspname || '.' || c.relname, p.partmethod = 'n' AND p.repmodel = 't' \
+         FROM pg_dist_shard s JOIN pg_dist_partition p ON p.logicalrelid = s.logicalrelid \
+         JOIN pg_class c ON c.oid = s.logicalrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE s.shardid = $1",
+        &[shard_id.into()],
+    );
+    let (Some(distributed), Some(reference)) = owner.ok()? else { return None };
+    if reference {
+        raise_sqlstate(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("{FUNCTION} cannot notify for the reference table {distributed}"),
+            Some("A reference table has a copy on every node, each of which would send its own notification: notify from a distributed table, or from a trigger on a plain table."),
+            FUNCTION,
+        );
+    }
+    Some(distributed)
 }
 
 /// The JSON payload, made smaller until it fits Postgres' limit.
