@@ -80,6 +80,10 @@ pub enum TestStep {
     Reliability,
     /// hostile inputs on a cluster of their own, per major
     Hostile,
+    /// the sync server (PostgreSQL 17 only): automerge-repo clients in JS and Rust
+    /// editing concurrently, SQL writes reaching them, a restart, two servers on one
+    /// database, bad input
+    Sync,
     /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
     SideBySide,
     /// every benchmark once, quick
