@@ -53,7 +53,6 @@ function client(url) {
 
 /// Drops the client's connection: edits made now stay local until `reconnect`.
 function disconnect(c) {
-  c.adapter.disconnect()
   c.repo.networkSubsystem.removeNetworkAdapter(c.adapter)
 }
 
@@ -225,6 +224,9 @@ const checks = {
     const db = await database()
     const [a, b] = [client(servers[0]), client(servers[1])]
     const created = a.repo.create({ title: "", items: [], meta: {} })
+    // A server answers "unavailable" for a document no server has stored yet, and keeps
+    // that answer (docs/sync-server.md): ask the second server once the first stored it.
+    await converged(db, [created], "stored through the first server")
     const handles = [created, await find(b, created.url)]
     await Promise.all(handles.map((h, i) => edit(h, `server${i}`, 8)))
     await converged(db, handles, "clients of two servers")

@@ -2,7 +2,8 @@
 //! `automerge_notify` channel, and for each INSERT or UPDATE of a row whose id is a repo
 //! document id hands the row's document to the repo, which syncs it to clients like any
 //! peer's change. The repo's own merges notify too; their heads are already in the
-//! repo's document and cost a lookup, not a load.
+//! repo's document and cost a lookup, not a load. A row inserted in SQL reaches the repo
+//! the same way: its storage loads the row as a snapshot (see `storage`).
 //!
 //! Notifications sent while the LISTEN connection is down are not replayed: a document
 //! written then reaches clients with the next write of it, or when the server restarts.
@@ -12,10 +13,8 @@ use std::time::Duration;
 
 use automerge::{ChangeHash, ReadDoc};
 use futures::StreamExt;
-use samod::storage::{Storage, StorageKey};
 use samod::{DocumentId, Repo};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::storage::PostgresStorage;
@@ -107,23 +106,13 @@ async fn merge_into_repo(
     repo: &Repo,
     storage: &PostgresStorage,
 ) -> anyhow::Result<()> {
-    if !storage.has_chunks(id).await? {
-        // A document made in SQL: store its save as the repo's snapshot, so that the
-        // repo finds it (a merge into its row that changes nothing).
-        let Some((save, heads)) = storage.document(id).await? else { return Ok(()) };
-        let mut digest = Sha256::new();
-        for head in &heads {
-            digest.update(hex::decode(head)?);
-        }
-        let key = StorageKey::from_parts([id, "snapshot", &hex::encode(digest.finalize())])?;
-        storage.put(key, save).await;
-        tracing::info!(id, "a document made in SQL joined the repo");
-    }
     let handle = tokio::time::timeout(FIND_TIMEOUT, repo.find(document_id))
         .await
         .map_err(|_| anyhow::anyhow!("the repo did not find the document within {FIND_TIMEOUT:?}"))?
         .map_err(|_| anyhow::anyhow!("the repo has stopped"))?
-        .ok_or_else(|| anyhow::anyhow!("the repo does not have the document"))?;
+        // samod answered "unavailable" to a request for this document before any server
+        // stored it, and keeps that answer (see docs/sync-server.md).
+        .ok_or_else(|| anyhow::anyhow!("the repo holds the document as unavailable"))?;
     let heads: Option<Vec<ChangeHash>> =
         heads.map(|heads| heads.iter().filter_map(|h| ChangeHash::from_str(h).ok()).collect());
     let has_heads = handle
@@ -134,7 +123,7 @@ async fn merge_into_repo(
     if has_heads {
         return Ok(());
     }
-    let Some((save, _)) = storage.document(id).await? else { return Ok(()) };
+    let Some(save) = storage.document(id).await? else { return Ok(()) };
     let applied = handle.with_document_async(move |doc| doc.load_incremental(&save)).await??;
     tracing::info!(id, applied, "a SQL write handed to the repo");
     Ok(())

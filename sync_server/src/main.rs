@@ -1,6 +1,8 @@
 //! `pg_automerge_sync_server`: reads its configuration from flags and the environment,
 //! sets up structured logs, and serves until SIGINT or SIGTERM.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use sync_server::config::{Config, LogFormat};
 use tracing_subscriber::EnvFilter;
@@ -9,7 +11,10 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),

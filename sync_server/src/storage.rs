@@ -10,6 +10,11 @@
 //! `refusal`, and leaves the stored document as it was; pending chunks are tried again
 //! whenever another chunk of their document arrives.
 //!
+//! A load of a document's snapshots returns, beside the repo's own chunks, the document's
+//! row as one more snapshot (key `[docId, "snapshot", "documents-row"]`): a document
+//! inserted in SQL is a repo document, and a repo that loads a document has every SQL
+//! write of it, including those made while no server listened.
+//!
 //! The `Storage` trait has no way to report a failure, and a load that says "nothing"
 //! or a put that is dropped would lose data: every operation retries, with a capped
 //! backoff and a warning, until Postgres answers.
@@ -43,9 +48,11 @@ struct Statements {
     insert_document: String,
     merged: String,
     refused: String,
-    has_chunks: String,
-    document: String,
+    row_snapshot: String,
 }
+
+/// The last part of the key under which a load of snapshots returns the document's row.
+pub const ROW_SNAPSHOT: &str = "documents-row";
 
 impl Statements {
     fn new(Tables { documents, chunks, .. }: &Tables) -> Statements {
@@ -81,14 +88,7 @@ impl Statements {
             ),
             merged: format!("UPDATE {chunks} SET pending = false, refusal = NULL WHERE key = $1"),
             refused: format!("UPDATE {chunks} SET refusal = $2 WHERE key = $1"),
-            has_chunks: format!(
-                "SELECT EXISTS (SELECT FROM {chunks} \
-                 WHERE (key > $1 || '/incremental/' AND key < $1 || '/incremental0') \
-                    OR (key > $1 || '/snapshot/' AND key < $1 || '/snapshot0'))"
-            ),
-            document: format!(
-                "SELECT doc::bytea, automerge_heads(doc) FROM {documents} WHERE id = $1"
-            ),
+            row_snapshot: format!("SELECT doc::bytea FROM {documents} WHERE id = $1"),
         }
     }
 }
@@ -196,10 +196,18 @@ impl PostgresStorage {
         } else {
             client.query(&self.sql.load_range, &[&prefix]).await?
         };
-        Ok(rows
+        let mut chunks: HashMap<StorageKey, Vec<u8>> = rows
             .into_iter()
             .filter_map(|row| Some((split(row.get(0))?, row.get::<_, Vec<u8>>(1))))
-            .collect())
+            .collect();
+        if let Some(document) = prefix.strip_suffix("/snapshot") {
+            if let Some(row) = client.query_opt(&self.sql.row_snapshot, &[&document]).await? {
+                if let Some(key) = split(&format!("{prefix}/{ROW_SNAPSHOT}")) {
+                    chunks.insert(key, row.get(0));
+                }
+            }
+        }
+        Ok(chunks)
     }
 
     async fn try_put(&self, key: &StorageKey, data: &[u8]) -> Result<(), StorageError> {
@@ -248,7 +256,7 @@ impl PostgresStorage {
             }
             if pending.is_empty() || pending.len() == before {
                 for (key, refusal) in refusals {
-                    tracing::info!(document, %key, %refusal, "chunk not merged (yet)");
+                    tracing::debug!(document, %key, %refusal, "chunk not merged (yet)");
                     transaction.execute(&self.sql.refused, &[&key, &refusal]).await?;
                 }
                 return Ok(());
@@ -290,20 +298,11 @@ impl PostgresStorage {
         Ok(())
     }
 
-    /// Whether the repo has stored any of this document's changes.
-    pub async fn has_chunks(&self, document: &str) -> Result<bool, StorageError> {
+    /// The document's row as it is now (its save), when the row exists.
+    pub async fn document(&self, document: &str) -> Result<Option<Vec<u8>>, StorageError> {
         let client = self.pool.get().await?;
-        Ok(client.query_one(&self.sql.has_chunks, &[&document]).await?.get(0))
-    }
-
-    /// The document's row as it is now: its save and heads, when the row exists.
-    pub async fn document(
-        &self,
-        document: &str,
-    ) -> Result<Option<(Vec<u8>, Vec<String>)>, StorageError> {
-        let client = self.pool.get().await?;
-        let row = client.query_opt(&self.sql.document, &[&document]).await?;
-        Ok(row.map(|row| (row.get(0), row.get(1))))
+        let row = client.query_opt(&self.sql.row_snapshot, &[&document]).await?;
+        Ok(row.map(|row| row.get(0)))
     }
 }
 
