@@ -157,7 +157,10 @@ fn driver(sh: &Shell, check: &str, servers: &[&SyncServer], db: &Db) -> Counts {
     for server in servers {
         args.extend(["--server".into(), server.url.clone()]);
     }
-    args.extend(["--state".into(), project_root().join("target/sync-restart.json").display().to_string()]);
+    args.extend([
+        "--state".into(),
+        project_root().join("target/sync-restart.json").display().to_string(),
+    ]);
     let passed = cmd!(sh, "node driver.mjs {args...}").run().is_ok();
     if !passed {
         note(format!("driver check `{check}` failed; server logs: {}", log_list(servers)));
