@@ -32,7 +32,8 @@ pub enum Verb {
     /// results/fuzz-<date>-<commit>.md.
     Fuzz(FuzzFlags),
     /// Build the Docker image (docker/Dockerfile) with the extension, on a public PostgreSQL
-    /// image or on a Debian base made here with debootstrap.
+    /// image or on a Debian base made here with debootstrap; or, with --sync-server, the
+    /// sync server's image.
     Image(ImageFlags),
     /// Run the long mixed load against the Docker image and write a report under results/.
     Soak(SoakFlags),
@@ -175,6 +176,10 @@ pub struct ImageFlags {
     /// release.
     #[arg(long)]
     pub debug: bool,
+    /// Build the sync server's image (docker/sync-server.Dockerfile) instead of the
+    /// extension's.
+    #[arg(long)]
+    pub sync_server: bool,
 }
 
 #[derive(Args, Debug)]

@@ -132,6 +132,68 @@ impl Drop for SyncServer {
     }
 }
 
+/// A server for `cargo xtask run`: detached (its own process group, so that it outlives
+/// xtask, as the cluster does), its pid in `<name>.pid` and its log in `<name>.log` under
+/// the clusters' directory. One started before is stopped first (the binary may be new).
+/// Returns the URL clients connect to.
+pub fn start_detached(
+    sh: &Shell,
+    cluster: &Cluster,
+    database: &str,
+    name: &str,
+    release: bool,
+) -> Result<String> {
+    stop_detached(sh, name)?;
+    let dir = clusters_dir(sh)?;
+    let log = dir.join(format!("{name}.log"));
+    let output = dir.join(format!("{name}.out"));
+    let child = std::os::unix::process::CommandExt::process_group(
+        Command::new(server_binary(release))
+            .args(["--listen", "127.0.0.1:0", "--database-url"])
+            .arg(cluster.conninfo(database))
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&output)?)
+            .stderr(std::fs::File::options().create(true).append(true).open(&log)?),
+        0,
+    )
+    .spawn()
+    .context("starting the sync server")?;
+    std::fs::write(dir.join(format!("{name}.pid")), child.id().to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let printed = std::fs::read_to_string(&output).unwrap_or_default();
+        if let Some(url) = printed.lines().find_map(|l| l.strip_prefix("listening on ")) {
+            return Ok(url.to_string());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("the sync server did not start within 60s; its log: {}", log.display())
+}
+
+/// Stops the detached server `name` if it runs (SIGTERM: it flushes, then exits). Returns
+/// whether one ran.
+pub fn stop_detached(sh: &Shell, name: &str) -> Result<bool> {
+    let pid_file = clusters_dir(sh)?.join(format!("{name}.pid"));
+    let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse().ok())
+    else {
+        return Ok(false);
+    };
+    std::fs::remove_file(&pid_file)?;
+    // Only our server: after a restart of the machine the number may be another process's.
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    if !exe.to_string_lossy().contains("pg_automerge_sync_server") {
+        return Ok(false);
+    }
+    // SAFETY: kill(2) takes plain integers; the process is checked to be our server.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(35);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(true)
+}
+
 /// The URL that node's `pg` takes for a database of the cluster.
 pub fn postgres_url(cluster: &Cluster, database: &str) -> String {
     format!("postgresql://{SUPERUSER}@127.0.0.1:{}/{database}", cluster.port)
