@@ -3,6 +3,7 @@
 //! document is a row of an `automerge` column that SQL reads and writes. See
 //! docs/sync-server.md.
 
+pub mod client;
 pub mod config;
 pub mod listen;
 pub mod schema;

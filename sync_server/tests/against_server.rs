@@ -4,20 +4,17 @@
 //! on the socket, crafted changes, chunks the extension refuses) that must leave the
 //! stored documents as they were.
 
-use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, Automerge, ObjType, ReadDoc, ROOT};
-use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use samod::storage::{Storage, StorageKey};
-use samod::{BackoffConfig, DialError, Dialer, DocHandle, Repo, Transport, Url};
+use samod::{DocHandle, Repo};
 use sync_server::schema::Tables;
 use sync_server::storage::PostgresStorage;
 use tokio_postgres::NoTls;
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::tungstenite::Message;
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -25,47 +22,8 @@ fn env(name: &str) -> String {
     })
 }
 
-/// A samod dialer over a plain (loopback) WebSocket.
-struct WebSocketDialer(Url);
-
-impl Dialer for WebSocketDialer {
-    type Error = Infallible;
-
-    fn url(&self) -> Url {
-        self.0.clone()
-    }
-
-    fn connect(&self) -> BoxFuture<'static, Result<Transport, DialError<Infallible>>> {
-        let url = self.0.clone();
-        Box::pin(async move {
-            let (socket, _) = tokio_tungstenite::connect_async(url.as_str())
-                .await
-                .map_err(DialError::transient)?;
-            let (sink, stream) = socket.split();
-            let stream = stream.filter_map(|message| async move {
-                match message {
-                    Ok(Message::Binary(bytes)) => Some(Ok(bytes.to_vec())),
-                    Ok(_) => None,
-                    Err(error) => Some(Err(error)),
-                }
-            });
-            let sink = sink.with(|bytes: Vec<u8>| async move {
-                Ok::<_, tungstenite::Error>(Message::Binary(bytes.into()))
-            });
-            Ok(Transport::new(Box::pin(stream), Box::pin(sink)))
-        })
-    }
-}
-
 async fn connected_client() -> Repo {
-    let repo = Repo::build_tokio().load().await;
-    let url = Url::parse(&env("SYNC_SERVER_URL")).unwrap();
-    let dialer = repo.dial(BackoffConfig::default(), Arc::new(WebSocketDialer(url))).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), dialer.established())
-        .await
-        .expect("connecting within 20s")
-        .expect("connecting");
-    repo
+    sync_server::client::connect(&env("SYNC_SERVER_URL")).await.expect("connecting").0
 }
 
 async fn database() -> tokio_postgres::Client {
