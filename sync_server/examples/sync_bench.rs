@@ -36,7 +36,9 @@ async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let url = arg(&args, "--url")?;
     match args.first().map(String::as_str) {
-        Some("seed") => seed(&url, arg(&args, "--documents")?.parse()?, &arg(&args, "--ids")?).await,
+        Some("seed") => {
+            seed(&url, arg(&args, "--documents")?.parse()?, &arg(&args, "--ids")?).await
+        }
         Some("first-sync") => first_sync(&url, &arg(&args, "--ids")?).await,
         Some("latency") => {
             latency(&url, arg(&args, "--pairs")?.parse()?, arg(&args, "--rounds")?.parse()?).await
@@ -74,7 +76,10 @@ async fn seed(url: &str, documents: usize, ids: &str) -> Result<()> {
     }
     let list: Vec<String> = made.iter().map(|h| h.document_id().to_string()).collect();
     std::fs::write(ids, list.join("\n"))?;
-    println!(r#"{{"phase":"seed","documents":{documents},"seconds":{}}}"#, started.elapsed().as_secs_f64());
+    println!(
+        r#"{{"phase":"seed","documents":{documents},"seconds":{}}}"#,
+        started.elapsed().as_secs_f64()
+    );
     repo.stop().await;
     Ok(())
 }
@@ -160,9 +165,7 @@ async fn latency(url: &str, pairs: usize, rounds: usize) -> Result<()> {
         }
         let arrived = tokio::time::timeout(ROUND_TIMEOUT, futures::future::join_all(waits)).await;
         let Ok(arrived) = arrived else {
-            bail!(
-                "round {round} of {pairs} pairs: changes still missing after {ROUND_TIMEOUT:?}"
-            );
+            bail!("round {round} of {pairs} pairs: changes still missing after {ROUND_TIMEOUT:?}");
         };
         for (started, arrived) in sent.iter().zip(arrived) {
             let arrived = arrived?.context("a reader's change stream ended")?;

@@ -24,8 +24,9 @@ impl Dialer for WebSocketDialer {
     fn connect(&self) -> BoxFuture<'static, Result<Transport, DialError<Infallible>>> {
         let url = self.0.clone();
         Box::pin(async move {
-            let (socket, _) =
-                tokio_tungstenite::connect_async(url.as_str()).await.map_err(DialError::transient)?;
+            let (socket, _) = tokio_tungstenite::connect_async(url.as_str())
+                .await
+                .map_err(DialError::transient)?;
             let (sink, stream) = socket.split();
             let stream = stream.filter_map(|message| async move {
                 match message {

@@ -134,6 +134,11 @@ pub struct BenchFlags {
     /// WAL are `sql/storage/<fixture>`.
     #[arg(long)]
     pub filter: Option<String>,
+    /// Instead of the criterion benches, the sync server on Postgres against samod's
+    /// file-system storage: first sync of stored documents and change round trips at 1, 10
+    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (a few minutes).
+    #[arg(long)]
+    pub sync: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
