@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
 use futures::StreamExt;
-use samod::DocumentId;
+use samod::{DocHandle, DocumentId, Repo};
 use sync_server::client::connect;
 
 /// A change still not at its reader after this long counts as lost, and the run fails
@@ -25,6 +25,8 @@ use sync_server::client::connect;
 const ROUND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many documents the first sync asks for at once.
 const FIND_CONCURRENCY: usize = 50;
+/// How many writer/reader pairs connect at once.
+const SETUP_CONCURRENCY: usize = 10;
 
 fn arg(args: &[String], name: &str) -> Result<String> {
     let at = args.iter().position(|a| a == name).with_context(|| format!("{name} is missing"))?;
@@ -112,22 +114,33 @@ async fn first_sync(url: &str, ids: &str) -> Result<()> {
     Ok(())
 }
 
+/// A writer with a new document, and a reader that found it.
+async fn pair(url: &str, n: usize) -> Result<((Repo, DocHandle), (Repo, DocHandle))> {
+    let (writer, connection) = connect(url).await?;
+    let handle = writer.create(document(n).document().clone()).await?;
+    tokio::time::timeout(ROUND_TIMEOUT, handle.they_have_our_changes(connection))
+        .await
+        .context("the server did not take a pair's document within 30s")?;
+    let (reader, _) = connect(url).await?;
+    let found = tokio::time::timeout(ROUND_TIMEOUT, reader.find(handle.document_id().clone()))
+        .await??
+        .context("a reader did not find its pair's document")?;
+    Ok(((writer, handle), (reader, found)))
+}
+
 async fn latency(url: &str, pairs: usize, rounds: usize) -> Result<()> {
-    // Every pair's writer and reader is a repo of its own, with its own connection.
-    let mut writers = Vec::new();
-    let mut readers = Vec::new();
-    for n in 0..pairs {
-        let (writer, connection) = connect(url).await?;
-        let handle = writer.create(document(n).document().clone()).await?;
-        tokio::time::timeout(ROUND_TIMEOUT, handle.they_have_our_changes(connection))
-            .await
-            .context("the server did not take a pair's document within 30s")?;
-        let (reader, _) = connect(url).await?;
-        let found = tokio::time::timeout(ROUND_TIMEOUT, reader.find(handle.document_id().clone()))
-            .await??
-            .context("a reader did not find its pair's document")?;
-        writers.push((writer, handle));
-        readers.push((reader, found));
+    // Every pair's writer and reader is a repo of its own, with its own connection; pairs
+    // are set up a few at a time.
+    let made: Vec<Result<_>> = futures::stream::iter(0..pairs)
+        .map(|n| pair(url, n))
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    let (mut writers, mut readers) = (Vec::new(), Vec::new());
+    for made in made {
+        let (writer, reader) = made?;
+        writers.push(writer);
+        readers.push(reader);
     }
     let mut samples_ms = Vec::with_capacity(pairs * rounds);
     for round in 0..rounds {
