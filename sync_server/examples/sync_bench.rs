@@ -158,9 +158,7 @@ async fn latency(url: &str, pairs: usize, rounds: usize) -> Result<()> {
                         })
                     };
                     while !arrived(round) {
-                        if changes.next().await.is_none() {
-                            return None;
-                        }
+                        changes.next().await?;
                     }
                     Some(Instant::now())
                 })

@@ -32,7 +32,7 @@ struct Sizes {
     latency: &'static [(usize, usize)],
 }
 
-const FULL: Sizes = Sizes { documents: 200, repeats: 2, latency: &[(1, 20), (10, 5), (100, 3)] };
+const FULL: Sizes = Sizes { documents: 200, repeats: 1, latency: &[(1, 20), (10, 5), (100, 3)] };
 const QUICK: Sizes = Sizes { documents: 30, repeats: 1, latency: &[(1, 3), (10, 2)] };
 
 /// How many documents the client's first sync asks for at once (sync_bench.rs).
@@ -62,6 +62,8 @@ struct Measured {
     documents_per_second: Vec<f64>,
     /// Per pair count, every change's round trip in milliseconds.
     latency_ms: Vec<(usize, Vec<f64>)>,
+    /// Per pair count, why a run did not finish, when one did not.
+    latency_failures: Vec<Option<String>>,
 }
 
 pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
@@ -128,6 +130,7 @@ fn measure(
 ) -> Result<Measured> {
     let mut measured = Measured {
         latency_ms: sizes.latency.iter().map(|&(pairs, _)| (pairs, Vec::new())).collect(),
+        latency_failures: vec![None; sizes.latency.len()],
         ..Measured::default()
     };
     let ids = work.join("ids.txt");
@@ -160,9 +163,12 @@ fn measure(
             // connect.
             let server = start()?;
             let (pairs, rounds) = (pairs.to_string(), rounds.to_string());
-            let line =
-                client(&["latency", "--url", &server.url, "--pairs", &pairs, "--rounds", &rounds])?;
-            measured.latency_ms[at].1.extend(samples(&line)?);
+            // A run that does not finish is reported as such, with its reason.
+            match client(&["latency", "--url", &server.url, "--pairs", &pairs, "--rounds", &rounds])
+            {
+                Ok(line) => measured.latency_ms[at].1.extend(samples(&line)?),
+                Err(error) => measured.latency_failures[at] = Some(error.to_string()),
+            }
             server.stop()?;
         }
         note(format!("{}: repeat {} of {} done", backend.name(), repeat + 1, sizes.repeats));
@@ -184,6 +190,7 @@ fn client(args: &[&str]) -> Result<String> {
     let mut child = Command::new(&binary)
         .args(args)
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;
     let started = std::time::Instant::now();
@@ -196,7 +203,9 @@ fn client(args: &[&str]) -> Result<String> {
     }
     let output = child.wait_with_output()?;
     if !output.status.success() {
-        bail!("sync_bench {} failed ({})", args.join(" "), output.status);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr.lines().find(|l| l.starts_with("Error: ")).unwrap_or("no message");
+        bail!("sync_bench {} failed ({}): {reason}", args[0], output.status);
     }
     let stdout = String::from_utf8(output.stdout)?;
     stdout.lines().last().map(str::to_string).context("sync_bench printed nothing")
@@ -289,7 +298,15 @@ fn report(
         ("p90", Align::Right),
         ("ratio (medians)", Align::Right),
     ]);
+    let mut failures = Vec::new();
     for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
+        for (backend, measured) in
+            [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)]
+        {
+            if let Some(reason) = &measured.latency_failures[at] {
+                failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
+            }
+        }
         let (pg, fs) = (&postgres.latency_ms[at].1, &filesystem.latency_ms[at].1);
         latency.row([
             pairs.to_string(),
@@ -302,5 +319,13 @@ fn report(
         ]);
     }
     let _ = writeln!(text, "{latency}");
+    if !failures.is_empty() {
+        let _ = writeln!(
+            text,
+            "Runs that did not finish (their rows show what was measured before, NaN when \
+             nothing was):\n\n{}\n",
+            failures.join("\n")
+        );
+    }
     text
 }
