@@ -76,7 +76,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
         cargo(&["build", "--release", "-p", "sync_server", "--example", "sync_bench"])
     })?;
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
-    let server_version = cluster.psql(DATABASE, "SHOW server_version")?;
+    let server_version = cluster.psql_session(DATABASE, "SHOW server_version", &["-t", "-A"])?.text;
     let command = format!(
         "cargo xtask bench --sync --pg {}{}",
         major.number(),
