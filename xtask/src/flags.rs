@@ -32,7 +32,8 @@ pub enum Verb {
     /// results/fuzz-<date>-<commit>.md.
     Fuzz(FuzzFlags),
     /// Build the Docker image (docker/Dockerfile) with the extension, on a public PostgreSQL
-    /// image or on a Debian base made here with debootstrap.
+    /// image or on a Debian base made here with debootstrap; or, with --sync-server, the
+    /// sync server's image.
     Image(ImageFlags),
     /// Run the long mixed load against the Docker image and write a report under results/.
     Soak(SoakFlags),
@@ -86,6 +87,10 @@ pub enum TestStep {
     /// a Citus coordinator and two workers: distributed documents, pushdown, shard moves,
     /// a worker crash, notifications and docs/scaling.md's examples, on 17 and 18
     Citus,
+    /// the sync server (PostgreSQL 17 only): automerge-repo clients in JS and Rust
+    /// editing concurrently, SQL writes reaching them, a restart, two servers on one
+    /// database, bad input
+    Sync,
     /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
     SideBySide,
     /// every benchmark once, quick
@@ -135,6 +140,11 @@ pub struct BenchFlags {
     /// WAL are `sql/storage/<fixture>`.
     #[arg(long)]
     pub filter: Option<String>,
+    /// Instead of the criterion benches, the sync server on Postgres against samod's
+    /// file-system storage: first sync of stored documents and change round trips at 1, 10
+    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (a few minutes).
+    #[arg(long)]
+    pub sync: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -177,6 +187,10 @@ pub struct ImageFlags {
     /// release.
     #[arg(long)]
     pub debug: bool,
+    /// Build the sync server's image (docker/sync-server.Dockerfile) instead of the
+    /// extension's.
+    #[arg(long)]
+    pub sync_server: bool,
 }
 
 #[derive(Args, Debug)]

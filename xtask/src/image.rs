@@ -15,6 +15,7 @@ use crate::flags::{ImageFlags, DEBOOTSTRAP_BASE};
 use crate::install;
 use crate::postgres::{cache_dir, is_root, PgMajor};
 use crate::project_root;
+use crate::sync;
 use crate::util::{note, step, Skippable};
 
 /// The major the image ships: the Debian base's packages and the headers we build against.
@@ -29,6 +30,13 @@ impl ImageFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
         if let Skippable::Skipped(reason) = step("Docker engine", || ensure_docker(sh))? {
             bail!("{reason}");
+        }
+        if self.sync_server {
+            let tag = build_sync_server(sh, &self.base)?;
+            println!(
+                "built {tag}; run it with: docker run -d -p 3030:3030 -e DATABASE_URL=… {tag}"
+            );
+            return Ok(());
         }
         let tag = build(sh, &self.base, self.debug)?;
         println!(
@@ -67,6 +75,37 @@ pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
         Ok(())
     })?;
     Ok(tag)
+}
+
+/// The sync server's image tag.
+pub const SYNC_SERVER_TAG: &str = "pg_automerge-sync-server:latest";
+
+/// Builds the sync server's image (docker/sync-server.Dockerfile) with its release binary
+/// on `base` (the debootstrap Debian base by default); returns its tag.
+pub fn build_sync_server(sh: &Shell, base: &str) -> Result<String> {
+    let base = if base == DEBOOTSTRAP_BASE {
+        step("Debian base image", || debian_base(sh))?
+    } else {
+        base.to_string()
+    };
+    step("build the sync server (release)", || sync::build_server(true))?;
+    let context = project_root().join("target/docker/context-sync-server");
+    if context.exists() {
+        fs::remove_dir_all(&context)?;
+    }
+    fs::create_dir_all(&context)?;
+    let binary = "pg_automerge_sync_server";
+    fs::copy(project_root().join("target/release").join(binary), context.join(binary))?;
+    step(&format!("docker build {SYNC_SERVER_TAG} on {base}"), || {
+        let dockerfile = project_root().join("docker/sync-server.Dockerfile");
+        let base_arg = format!("BASE={base}");
+        cmd!(sh, "docker build --quiet -f {dockerfile} --build-arg {base_arg} -t {SYNC_SERVER_TAG} {context}")
+            .quiet()
+            .ignore_stdout()
+            .run()?;
+        Ok(())
+    })?;
+    Ok(SYNC_SERVER_TAG.into())
 }
 
 /// Makes sure a Docker engine answers. As root, installs Debian's docker.io when `dockerd`

@@ -2,8 +2,9 @@
 //! copy of the PostgreSQL install (so that `cargo xtask test`, which installs its own build
 //! into the shared one, never replaces the library this cluster runs), starts a local
 //! cluster from that copy with `CREATE EXTENSION pg_automerge` done and sample documents
-//! loaded, and prints the psql line to connect. A cluster of its own that is down (a crash,
-//! a restart of the machine) is started again. `run --stop` stops it.
+//! loaded, starts the sync server (docs/sync-server.md) on it, and prints the psql line
+//! and the server's ws:// URL. A cluster of its own that is down (a crash, a restart of
+//! the machine) is started again. `run --stop` stops both.
 
 use anyhow::Result;
 use xshell::Shell;
@@ -12,12 +13,16 @@ use crate::cluster::{clusters_dir, Cluster};
 use crate::flags::{RunFlags, SetupFlags};
 use crate::install::PgInstall;
 use crate::postgres::PgMajor;
+use crate::sync;
 use crate::util::{note, step};
 
 /// The database `run` and the documentation examples use.
 pub const DATABASE: &str = "pg_automerge";
 
 const PURPOSE: &str = "run";
+
+/// The name of run's sync server's pid and log files.
+const SYNC_SERVER: &str = "run-sync-server";
 
 /// The private install of the `purpose` cluster of `major`: a copy of the major's server,
 /// beside the cluster's directory, which only this purpose installs into.
@@ -40,6 +45,10 @@ impl RunFlags {
         let cluster = step(&format!("start a {major} cluster with sample documents"), || {
             start_with_samples(Cluster::new(sh, major, PURPOSE)?.with_install(install), Fresh::No)
         })?;
+        step("build the sync server (release)", || sync::build_server(true))?;
+        let url = step("start the sync server", || {
+            sync::start_detached(sh, &cluster, DATABASE, SYNC_SERVER, true)
+        })?;
         println!();
         println!(
             "{major} is running with pg_automerge and the table sample_documents. Connect with:"
@@ -47,7 +56,11 @@ impl RunFlags {
         println!();
         println!("    {}", cluster.psql_line(DATABASE));
         println!();
-        println!("Stop it with: cargo xtask run --stop");
+        println!("automerge-repo clients connect to the sync server (docs/sync-server.md) at:");
+        println!();
+        println!("    {url}");
+        println!();
+        println!("Stop both with: cargo xtask run --stop");
         Ok(())
     }
 }
@@ -55,6 +68,9 @@ impl RunFlags {
 /// Stops `run`'s clusters that run. Stopping needs no install of their own: `pg_ctl stop`
 /// only signals the postmaster.
 fn stop_all(sh: &Shell) -> Result<()> {
+    if sync::stop_detached(sh, SYNC_SERVER)? {
+        println!("stopped the sync server");
+    }
     for major in PgMajor::ALL {
         let cluster = Cluster::new(sh, major, PURPOSE)?;
         if cluster.is_running() {

@@ -27,6 +27,7 @@ use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::side_by_side;
 use crate::soak::{remove_leftover_containers, run_label};
+use crate::sync;
 use crate::util::{counted, note, step, Counts, Skippable};
 
 impl TestFlags {
@@ -35,7 +36,7 @@ impl TestFlags {
         let mut summary: Vec<String> = Vec::new();
         let mut total = Counts::default();
         let runs = |wanted: TestStep| self.only.is_empty() || self.only.contains(&wanted);
-        use TestStep::{Citus, Docs, Hostile, Reliability, SideBySide, Snapshots};
+        use TestStep::{Citus, Docs, Hostile, Reliability, SideBySide, Snapshots, Sync};
 
         if runs(TestStep::Lints) {
             let lints = step("lints: clippy on every crate and target, warnings denied", || {
@@ -125,9 +126,9 @@ impl TestFlags {
                     step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
                 summary.push(format!("{major}: extension tests {extension}"));
                 total += extension;
-            } else if [Docs, Snapshots, Reliability, Hostile, Citus, SideBySide]
+            } else if [Docs, Snapshots, Reliability, Hostile, Citus, SideBySide, Sync]
                 .into_iter()
-                .any(runs)
+                .any(|wanted| runs(wanted) && (wanted != Sync || major == sync::MAJOR))
             {
                 // The extension tests install the build the later steps use; without them,
                 // install it here.
@@ -184,6 +185,11 @@ impl TestFlags {
                     })?;
                 summary.push(format!("{major}: Citus: {distributed}"));
                 total += distributed;
+            }
+            if major == sync::MAJOR && runs(TestStep::Sync) {
+                let synced = step(&format!("{major}: the sync server"), || sync_checks(sh, major))?;
+                summary.push(format!("{major}: sync server: {synced}"));
+                total += synced;
             }
             if let Some(beside) = beside {
                 let unharmed = step(
@@ -423,4 +429,12 @@ fn docker_checks(sh: &Shell) -> Result<Skippable<Counts>> {
     let counts = counted(tests);
     remove_leftover_containers(sh, &run)?;
     Ok(Skippable::Ran(counts?))
+}
+
+/// The sync server's checks, on a fresh cluster of their own with the sample documents.
+fn sync_checks(sh: &Shell, major: PgMajor) -> Result<Counts> {
+    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "sync")?, Fresh::Yes)?;
+    let counts = sync::checks(sh, &cluster, DATABASE);
+    cluster.stop()?;
+    counts
 }

@@ -15,6 +15,7 @@ mod format;
 mod goals;
 mod measure;
 mod report;
+mod sync_server;
 
 use anyhow::Result;
 use xshell::Shell;
@@ -36,6 +37,9 @@ const SYSTEM_ALLOCATOR: &str = "system allocator";
 impl BenchFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
         SetupFlags { pg: self.pg.into() }.run(sh)?;
+        if self.sync {
+            return sync_server::run(sh, self.pg, self.quick);
+        }
         let scale = if self.quick { BenchScale::Small } else { self.scale };
         measure_and_report(sh, self.pg, scale, self.jobs, self.filter.as_deref())?;
         Ok(())

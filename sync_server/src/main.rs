@@ -1,0 +1,23 @@
+//! `pg_automerge_sync_server`: reads its configuration from flags and the environment,
+//! sets up structured logs, and serves until SIGINT or SIGTERM.
+
+use std::io::IsTerminal;
+
+use clap::Parser;
+use sync_server::config::{Config, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    sync_server::server::run(config).await
+}

@@ -1,0 +1,331 @@
+//! `cargo xtask bench --sync`: the sync server on Postgres against the same server on
+//! samod's own file-system storage, measured in the same run: documents per second for a
+//! first sync of N stored documents (a fresh client finds them all from a server that
+//! just started), and the round trip of a change from a writer client through the server
+//! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once.
+//! Medians over repeats (each on fresh storage); the report goes to
+//! `results/sync-bench-<date>-<commit>/README.md` (`target/bench-quick-sync/` for --quick).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use report_table::{Align, Table};
+use xshell::Shell;
+
+use crate::cluster::{clusters_dir, Cluster};
+use crate::install::PgInstall;
+use crate::postgres::PgMajor;
+use crate::project_root;
+use crate::provenance::Provenance;
+use crate::run::{start_with_samples, Fresh, DATABASE};
+use crate::sync::{build_server, ServerStorage, SyncServer};
+use crate::util::{note, step};
+
+/// How much a run measures: the full run, or --quick's smoke check.
+struct Sizes {
+    documents: usize,
+    repeats: usize,
+    /// Writer/reader pairs, and the rounds each makes.
+    latency: &'static [(usize, usize)],
+}
+
+const FULL: Sizes = Sizes { documents: 200, repeats: 1, latency: &[(1, 20), (10, 5), (100, 3)] };
+const QUICK: Sizes = Sizes { documents: 30, repeats: 1, latency: &[(1, 3), (10, 2)] };
+
+/// How many documents the client's first sync asks for at once (sync_bench.rs).
+const FIND_CONCURRENCY: usize = 50;
+
+/// A phase of the client may take this long before the run fails with its output.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Postgres,
+    Filesystem,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "Postgres (pg_automerge)",
+            Backend::Filesystem => "file system (samod)",
+        }
+    }
+}
+
+/// What one backend measured over the repeats.
+#[derive(Default)]
+struct Measured {
+    documents_per_second: Vec<f64>,
+    /// Per pair count, every change's round trip in milliseconds.
+    latency_ms: Vec<(usize, Vec<f64>)>,
+    /// Per pair count, why a run did not finish, when one did not.
+    latency_failures: Vec<Option<String>>,
+}
+
+pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
+    let sizes = if quick { QUICK } else { FULL };
+    step(&format!("{major}: install the extension (release)"), || {
+        PgInstall::shared(major).install_extension(sh, true)
+    })?;
+    step("build the sync server and the benchmark's clients (release)", || {
+        build_server(true)?;
+        cargo(&["build", "--release", "-p", "sync_server", "--example", "sync_bench"])
+    })?;
+    let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
+    let server_version = cluster.psql_session(DATABASE, "SHOW server_version", &["-t", "-A"])?.text;
+    let command = format!(
+        "cargo xtask bench --sync --pg {}{}",
+        major.number(),
+        if quick { " --quick" } else { "" }
+    );
+    let provenance = Provenance::collect(
+        sh,
+        &command,
+        &[
+            ("PostgreSQL", server_version.trim().to_string()),
+            ("samod", crate::provenance::locked_version(sh, "samod")?),
+        ],
+    )?;
+    let work = clusters_dir(sh)?.join("bench-sync");
+    let measured = [Backend::Postgres, Backend::Filesystem].map(|backend| {
+        step(&format!("measure on {}", backend.name()), || {
+            measure(sh, backend, &cluster, &work, &sizes)
+        })
+    });
+    cluster.stop()?;
+    let [postgres, filesystem] = measured;
+    let (postgres, filesystem) = (postgres?, filesystem?);
+    let dir = if quick {
+        project_root().join("target/bench-quick-sync")
+    } else {
+        project_root().join(format!("results/sync-bench-{}-{}", provenance.date, provenance.commit))
+    };
+    std::fs::create_dir_all(&dir)?;
+    let report = report(&command, &provenance, &sizes, &postgres, &filesystem);
+    std::fs::write(dir.join("README.md"), &report)?;
+    println!("{report}");
+    note(format!("report in {}", dir.display()));
+    Ok(())
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    if !Command::new("cargo").args(args).current_dir(project_root()).status()?.success() {
+        bail!("cargo {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Every repeat on fresh storage: seed, restart (so the first sync reads storage), first
+/// sync, then each latency run on a server started for it.
+fn measure(
+    sh: &Shell,
+    backend: Backend,
+    cluster: &Cluster,
+    work: &Path,
+    sizes: &Sizes,
+) -> Result<Measured> {
+    let mut measured = Measured {
+        latency_ms: sizes.latency.iter().map(|&(pairs, _)| (pairs, Vec::new())).collect(),
+        latency_failures: vec![None; sizes.latency.len()],
+        ..Measured::default()
+    };
+    let ids = work.join("ids.txt");
+    let files = work.join("filesystem-storage");
+    for repeat in 0..sizes.repeats {
+        if files.exists() {
+            std::fs::remove_dir_all(&files)?;
+        }
+        std::fs::create_dir_all(work)?;
+        cluster
+            .psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
+        let storage = match backend {
+            Backend::Postgres => ServerStorage::Postgres(cluster, DATABASE),
+            Backend::Filesystem => ServerStorage::Filesystem(&files),
+        };
+        let start = || SyncServer::start(sh, storage_again(&storage), "bench", true);
+        let server = start()?;
+        let documents = sizes.documents.to_string();
+        let ids_arg = ids.display().to_string();
+        client(&["seed", "--url", &server.url, "--documents", &documents, "--ids", &ids_arg])?;
+        server.stop()?;
+        let server = start()?;
+        let first = client(&["first-sync", "--url", &server.url, "--ids", &ids_arg])?;
+        measured.documents_per_second.push(sizes.documents as f64 / number(&first, "seconds")?);
+        server.stop()?;
+        for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
+            // A server that just started: samod's cost of a new connection grows with the
+            // documents it holds open (each document actor learns of each connection), and
+            // the first sync left hundreds open; measured so, 100 pairs took minutes to
+            // connect.
+            let server = start()?;
+            let (pairs, rounds) = (pairs.to_string(), rounds.to_string());
+            // A run that does not finish is reported as such, with its reason.
+            match client(&["latency", "--url", &server.url, "--pairs", &pairs, "--rounds", &rounds])
+            {
+                Ok(line) => measured.latency_ms[at].1.extend(samples(&line)?),
+                Err(error) => measured.latency_failures[at] = Some(error.to_string()),
+            }
+            server.stop()?;
+        }
+        note(format!("{}: repeat {} of {} done", backend.name(), repeat + 1, sizes.repeats));
+    }
+    Ok(measured)
+}
+
+/// `ServerStorage` borrows; a copy of it for each start.
+fn storage_again<'a>(storage: &ServerStorage<'a>) -> ServerStorage<'a> {
+    match storage {
+        ServerStorage::Postgres(cluster, database) => ServerStorage::Postgres(cluster, database),
+        ServerStorage::Filesystem(dir) => ServerStorage::Filesystem(dir),
+    }
+}
+
+/// Runs a phase of the benchmark's client, killed after PHASE_TIMEOUT; returns its JSON line.
+fn client(args: &[&str]) -> Result<String> {
+    let binary = project_root().join("target/release/examples/sync_bench");
+    let mut child = Command::new(&binary)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > PHASE_TIMEOUT {
+            child.kill()?;
+            bail!("sync_bench {} did not finish within {PHASE_TIMEOUT:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = stderr.lines().find(|l| l.starts_with("Error: ")).unwrap_or("no message");
+        bail!("sync_bench {} failed ({}): {reason}", args[0], output.status);
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    stdout.lines().last().map(str::to_string).context("sync_bench printed nothing")
+}
+
+fn number(line: &str, field: &str) -> Result<f64> {
+    let json: serde_json::Value = serde_json::from_str(line)?;
+    json[field].as_f64().with_context(|| format!("no {field} in {line}"))
+}
+
+fn samples(line: &str) -> Result<Vec<f64>> {
+    let json: serde_json::Value = serde_json::from_str(line)?;
+    let samples = json["samples_ms"].as_array().with_context(|| format!("no samples in {line}"))?;
+    Ok(samples.iter().filter_map(serde_json::Value::as_f64).collect())
+}
+
+fn median(values: &[f64]) -> f64 {
+    percentile(values, 0.5)
+}
+
+fn percentile(values: &[f64], at: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * at).round() as usize]
+}
+
+fn report(
+    command: &str,
+    provenance: &Provenance,
+    sizes: &Sizes,
+    postgres: &Measured,
+    filesystem: &Measured,
+) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "# Sync server: Postgres storage against samod's file-system storage\n");
+    let _ = writeln!(text, "Generated by `{command}`; not edited by hand.\n");
+    let _ = writeln!(text, "{}", provenance.markdown());
+    let _ = writeln!(
+        text,
+        "The same server binary (release) on loopback, once on Postgres through pg_automerge \
+         and once on samod's `TokioFilesystemStorage`, measured in this run; {} repeat(s), \
+         each on fresh storage. Clients are samod repos in one process \
+         (`sync_server/examples/sync_bench.rs`).\n",
+        sizes.repeats
+    );
+    let _ = writeln!(text, "## First sync\n");
+    let _ = writeln!(
+        text,
+        "{} stored documents (a title, a 336-character text, a list of tags), seeded through \
+         the server, which is then restarted; a fresh client finds them all, {} at a time. \
+         Median of the repeats.\n",
+        sizes.documents, FIND_CONCURRENCY
+    );
+    let mut first = Table::new([
+        ("storage", Align::Left),
+        ("documents/s (median)", Align::Right),
+        ("min", Align::Right),
+        ("max", Align::Right),
+        ("ratio to file system", Align::Right),
+    ]);
+    let base = median(&filesystem.documents_per_second);
+    for (backend, measured) in [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)] {
+        let values = &measured.documents_per_second;
+        first.row([
+            backend.name().to_string(),
+            format!("{:.0}", median(values)),
+            format!("{:.0}", values.iter().cloned().fold(f64::INFINITY, f64::min)),
+            format!("{:.0}", values.iter().cloned().fold(0.0, f64::max)),
+            format!("{:.2}x", median(values) / base),
+        ]);
+    }
+    let _ = writeln!(text, "{first}");
+    let _ = writeln!(text, "## Change round trip\n");
+    let _ = writeln!(
+        text,
+        "Writer/reader pairs, each on its own document; each round every writer changes its \
+         document at once, and each change is timed from the writer's commit until its reader \
+         has it (client → server → storage → client). Median and 90th percentile over every \
+         change of every repeat.\n"
+    );
+    let mut latency = Table::new([
+        ("pairs", Align::Right),
+        ("rounds", Align::Right),
+        ("Postgres median ms", Align::Right),
+        ("p90", Align::Right),
+        ("file system median ms", Align::Right),
+        ("p90", Align::Right),
+        ("ratio (medians)", Align::Right),
+    ]);
+    let mut failures = Vec::new();
+    for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
+        for (backend, measured) in
+            [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)]
+        {
+            if let Some(reason) = &measured.latency_failures[at] {
+                failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
+            }
+        }
+        let (pg, fs) = (&postgres.latency_ms[at].1, &filesystem.latency_ms[at].1);
+        latency.row([
+            pairs.to_string(),
+            rounds.to_string(),
+            format!("{:.1}", median(pg)),
+            format!("{:.1}", percentile(pg, 0.9)),
+            format!("{:.1}", median(fs)),
+            format!("{:.1}", percentile(fs, 0.9)),
+            format!("{:.2}x", median(pg) / median(fs)),
+        ]);
+    }
+    let _ = writeln!(text, "{latency}");
+    if !failures.is_empty() {
+        let _ = writeln!(
+            text,
+            "Runs that did not finish (their rows show what was measured before, NaN when \
+             nothing was):\n\n{}\n",
+            failures.join("\n")
+        );
+    }
+    text
+}
