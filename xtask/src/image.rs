@@ -14,9 +14,9 @@ use crate::debian_source::mirror;
 use crate::flags::{ImageFlags, DEBOOTSTRAP_BASE};
 use crate::install;
 use crate::postgres::{cache_dir, is_root, PgMajor};
-use crate::project_root;
 use crate::sync;
 use crate::util::{note, step, Skippable};
+use crate::{cargo_target_dir, project_root};
 
 /// The major the image ships: the Debian base's packages and the headers we build against.
 pub const IMAGE_MAJOR: PgMajor = PgMajor::Pg17;
@@ -266,7 +266,7 @@ fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
     }
     fs::copy(project_root().join("docker/pg_automerge.conf"), context.join("pg_automerge.conf"))?;
     fs::copy(
-        project_root().join("target").join(profile).join("pg_automerge-entrypoint"),
+        cargo_target_dir().join(profile).join("pg_automerge-entrypoint"),
         context.join("pg_automerge-entrypoint"),
     )?;
     Ok(context)

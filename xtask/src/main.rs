@@ -55,3 +55,10 @@ pub fn project_root() -> PathBuf {
         .expect("xtask lives in the workspace")
         .to_path_buf()
 }
+
+/// Where cargo puts what it builds: `CARGO_TARGET_DIR`, else the workspace's `target`.
+pub fn cargo_target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+}

@@ -14,8 +14,8 @@ use xshell::{cmd, Shell};
 
 use crate::cluster::{clusters_dir, Cluster, SUPERUSER};
 use crate::postgres::PgMajor;
-use crate::project_root;
 use crate::util::{counted, note, Counts};
+use crate::{cargo_target_dir, project_root};
 
 /// The one major the sync step runs on: the server uses nothing that differs between
 /// majors beyond what the extension's own steps test on each.
@@ -24,7 +24,7 @@ pub const MAJOR: PgMajor = PgMajor::Pg17;
 /// The server binary, built by [`build_server`].
 fn server_binary(release: bool) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
-    project_root().join("target").join(profile).join("pg_automerge_sync_server")
+    cargo_target_dir().join(profile).join("pg_automerge_sync_server")
 }
 
 /// Builds the server (and, for the tests, its samod client tests).
