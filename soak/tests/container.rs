@@ -167,10 +167,11 @@ async fn a_short_soak_keeps_every_invariant() {
             invariant.detail
         );
     }
-    assert_eq!(outcome.invariants.len(), 6);
+    assert_eq!(outcome.invariants.len(), 7);
     assert!(outcome.failed().is_empty(), "invariants failed: {:?}", outcome.failed());
     let report = std::fs::read_to_string(results_dir.join("report.md")).unwrap();
-    assert!(report.contains("**PASSED**: 6 of 6 invariants hold"), "{report}");
+    assert!(report.contains("**PASSED**: 7 of 7 invariants hold"), "{report}");
+    assert!(report.contains("## Incremental writes that loaded"), "{report}");
     for chart in ["memory.svg", "latency.svg", "wal.svg", "growth.svg"] {
         let svg = std::fs::read_to_string(results_dir.join(chart)).unwrap();
         assert!(svg.contains("stroke-width=\"2\""), "{chart} draws its series");
