@@ -5,15 +5,15 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::install::{files_below, install_file, PgInstall};
 use crate::postgres::{cache_dir, PgMajor};
 use crate::project_root;
-use crate::util::note;
+use crate::util::{note, run_logged};
 
 pub const VERSION: &str = "14.0.1";
 /// The sha256 of the vendored `citus-14.0.1.tar.gz`, as upstream's release page gives it.
@@ -127,19 +127,7 @@ fn build(major: PgMajor, root: &Path, tarball: &Path) -> Result<()> {
         ("make", vec!["-j", &jobs]),
         ("make", vec!["install", &destdir]),
     ];
-    let log_file = fs::File::create(&log)?;
-    for (program, args) in steps {
-        let status = Command::new(program)
-            .args(&args)
-            .current_dir(&src)
-            .stdout(Stdio::from(log_file.try_clone()?))
-            .stderr(Stdio::from(log_file.try_clone()?))
-            .status()
-            .with_context(|| format!("running {program}"))?;
-        if !status.success() {
-            bail!("`{program} {}` failed; see {}", args.join(" "), log.display());
-        }
-    }
+    run_logged(&steps, &src, &log)?;
     for file in files_below(&stage)? {
         install_file(&file, &Path::new("/").join(file.strip_prefix(&stage)?))?;
     }

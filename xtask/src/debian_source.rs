@@ -9,14 +9,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use xshell::{cmd, Shell};
 
 use crate::postgres::{cache_dir, PgMajor};
-use crate::util::note;
+use crate::util::{note, run_logged};
 
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
@@ -284,19 +283,7 @@ fn build(source: &Source, root: &Path, prefix: &Path) -> Result<()> {
         ("make", vec!["-j", &jobs]),
         ("make", vec!["install"]),
     ];
-    let log_file = fs::File::create(&log)?;
-    for (program, args) in steps {
-        let status = Command::new(program)
-            .args(&args)
-            .current_dir(&src)
-            .stdout(Stdio::from(log_file.try_clone()?))
-            .stderr(Stdio::from(log_file.try_clone()?))
-            .status()
-            .with_context(|| format!("running {program}"))?;
-        if !status.success() {
-            bail!("`{program} {}` failed; see {}", args.join(" "), log.display());
-        }
-    }
+    run_logged(&steps, &src, &log)?;
     fs::remove_dir_all(&src)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! import it without a loop.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -82,6 +83,25 @@ fn parse_test_result(line: &str) -> Option<Counts> {
         })
     };
     Some(Counts { passed: number_before("passed")?, failed: number_before("failed")? })
+}
+
+/// Runs a build's steps (program and arguments) in `dir` one after another, their output
+/// into the file `log`; the first that fails stops the build and names the log.
+pub fn run_logged(steps: &[(&str, Vec<&str>)], dir: &Path, log: &Path) -> Result<()> {
+    let log_file = std::fs::File::create(log)?;
+    for (program, args) in steps {
+        let status = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::from(log_file.try_clone()?))
+            .stderr(Stdio::from(log_file.try_clone()?))
+            .status()
+            .with_context(|| format!("running {program}"))?;
+        if !status.success() {
+            bail!("`{program} {}` failed; see {}", args.join(" "), log.display());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
