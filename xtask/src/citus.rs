@@ -36,9 +36,14 @@ pub fn tarball() -> Option<PathBuf> {
     project_root().ancestors().skip(1).map(|dir| dir.join(&name)).find(|path| path.exists())
 }
 
+/// Where `major`'s install has (or will have) Citus's library.
+fn library(major: PgMajor) -> Result<PathBuf> {
+    Ok(PgInstall::shared(major).pkglibdir()?.join("citus.so"))
+}
+
 /// Whether `major`'s install has a Citus (ours or the user's).
 pub fn installed(major: PgMajor) -> Result<bool> {
-    Ok(PgInstall::shared(major).pkglibdir()?.join("citus.so").exists())
+    Ok(library(major)?.exists())
 }
 
 /// Makes sure `major`'s install has Citus: already there (ours, for this PostgreSQL
@@ -46,8 +51,7 @@ pub fn installed(major: PgMajor) -> Result<bool> {
 /// is possible (no tarball found), says so and leaves it out: the `citus` step then says it
 /// was skipped.
 pub fn ensure_built(major: PgMajor) -> Result<()> {
-    let install = PgInstall::shared(major);
-    let library = install.pkglibdir()?.join("citus.so");
+    let library = library(major)?;
     let root = cache_dir().join("citus").join(major.pgrx_name());
     let stamp = root.join("built");
     let wanted = format!("citus {VERSION} {TARBALL_SHA256} for {}", pg_version(major)?);

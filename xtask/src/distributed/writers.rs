@@ -73,14 +73,7 @@ pub async fn concurrent_writers(coordinator: &Cluster) -> Result<()> {
         wanted.entry(id).or_default().extend(hashes);
     }
     for (id, wanted) in wanted {
-        let stored: Vec<String> = client
-            .query_one(
-                "SELECT ARRAY(SELECT hash FROM automerge_changes(doc)) FROM docs WHERE id = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        let stored: BTreeSet<String> = stored.into_iter().collect();
+        let stored = stored_hashes(&client, id).await?;
         ensure!(
             stored == wanted,
             "row {id}: {} changes stored, {} written",
@@ -181,14 +174,7 @@ pub async fn worker_crash(nodes: &Nodes) -> Result<()> {
         docs.push(task.await??);
     }
     for (id, mut doc) in docs {
-        let stored: Vec<String> = client
-            .query_one(
-                "SELECT ARRAY(SELECT hash FROM automerge_changes(doc)) FROM docs WHERE id = $1",
-                &[&id],
-            )
-            .await?
-            .get(0);
-        let stored: BTreeSet<String> = stored.into_iter().collect();
+        let stored = stored_hashes(&client, id).await?;
         let wanted: BTreeSet<String> =
             doc.get_changes(&[]).iter().map(|c| c.hash().to_string()).collect();
         ensure!(
@@ -204,4 +190,16 @@ pub async fn worker_crash(nodes: &Nodes) -> Result<()> {
         rows.len()
     ));
     Ok(())
+}
+
+/// The hashes of every change row `id` of `docs` holds.
+async fn stored_hashes(client: &tokio_postgres::Client, id: i64) -> Result<BTreeSet<String>> {
+    let stored: Vec<String> = client
+        .query_one(
+            "SELECT ARRAY(SELECT hash FROM automerge_changes(doc)) FROM docs WHERE id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0);
+    Ok(stored.into_iter().collect())
 }
