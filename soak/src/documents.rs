@@ -54,7 +54,7 @@ impl Document {
     }
 
     /// A replica of the document as a client opens it, editing under `actor`.
-    pub fn fork(&self, actor: ActorId) -> automerge::AutoCommit {
+    pub fn fork(&self, actor: ActorId) -> AutoCommit {
         let loaded = self.loaded.get_or_init(|| {
             Mutex::new(AutoCommit::load(&self.save).expect("the catalogue's saves load"))
         });

@@ -339,6 +339,35 @@ enum Role {
     Fork = 1,
 }
 
+/// A connection's replicas of the rows it writes, and the generation of each row's actors.
+#[derive(Default)]
+struct Replicas {
+    upserts: HashMap<i64, AutoCommit>,
+    forks: HashMap<i64, Fork>,
+    generations: HashMap<i64, u32>,
+}
+
+impl Replicas {
+    /// The generation the row's next new replica writes its actor with.
+    fn generation(&mut self, id: i64) -> u32 {
+        *self.generations.entry(id).or_insert(0)
+    }
+
+    /// Drops the row's fork. Its actor wrote changes up to some seq, and a new fork starts
+    /// at seq 1 again, so the row's next replicas take a new generation.
+    fn drop_fork(&mut self, id: i64) {
+        self.forks.remove(&id);
+        *self.generations.entry(id).or_insert(0) += 1;
+    }
+
+    /// Drops both replicas of a row whose write failed: the replica holds a change the row
+    /// lacks, and the next ones start new actors rather than depend on it.
+    fn forget(&mut self, id: i64) {
+        self.upserts.remove(&id);
+        self.drop_fork(id);
+    }
+}
+
 /// A fork a connection keeps, and when it last wrote through it.
 struct Fork {
     doc: AutoCommit,
@@ -364,11 +393,7 @@ pub async fn work(
     deadline: Instant,
 ) -> Result<i64> {
     let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
-    let mut replicas: HashMap<i64, AutoCommit> = HashMap::new();
-    let mut forks: HashMap<i64, Fork> = HashMap::new();
-    // A failed write leaves a change the row lacks: the next replica of that row starts a
-    // new actor rather than depend on it.
-    let mut generations: HashMap<i64, u32> = HashMap::new();
+    let mut replicas = Replicas::default();
     let insert = client.prepare(&insert_sql()).await?;
     let incremental =
         client.prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2")).await?;
@@ -437,18 +462,15 @@ pub async fn work(
         match query {
             Query::Incremental => {
                 let id = state.row_to_write(&mut rng);
-                let generation = *generations.entry(id).or_insert(0);
+                let generation = replicas.generation(id);
                 let document = state.catalogue.for_id(id);
                 let used = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
-                if !forks.contains_key(&id) && document.large {
-                    // The dropped fork's actor wrote changes up to some seq: a new fork of
-                    // that row starts at seq 1 again, so it needs a new actor.
-                    if let Some(dropped) = large_fork_to_drop(&forks) {
-                        forks.remove(&dropped);
-                        *generations.entry(dropped).or_insert(0) += 1;
+                if !replicas.forks.contains_key(&id) && document.large {
+                    if let Some(dropped) = large_fork_to_drop(&replicas.forks) {
+                        replicas.drop_fork(dropped);
                     }
                 }
-                let fork = forks.entry(id).or_insert_with(|| Fork {
+                let fork = replicas.forks.entry(id).or_insert_with(|| Fork {
                     doc: document.fork(actor(Role::Fork, worker, id, generation)),
                     large: document.large,
                     used,
@@ -473,15 +495,13 @@ pub async fn work(
                         });
                     }
                 } else {
-                    forks.remove(&id);
-                    replicas.remove(&id);
-                    *generations.entry(id).or_insert(0) += 1;
+                    replicas.forget(id);
                 }
             }
             Query::Upsert => {
                 let id = state.row_to_write(&mut rng);
-                let generation = *generations.entry(id).or_insert(0);
-                let replica = replicas.entry(id).or_insert_with(|| {
+                let generation = replicas.generation(id);
+                let replica = replicas.upserts.entry(id).or_insert_with(|| {
                     AutoCommit::new().with_actor(actor(Role::Upsert, worker, id, generation))
                 });
                 let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
@@ -499,9 +519,7 @@ pub async fn work(
                         state.committed_write(id, query, &change, replica.get_actor());
                     }
                 } else {
-                    forks.remove(&id);
-                    replicas.remove(&id);
-                    *generations.entry(id).or_insert(0) += 1;
+                    replicas.forget(id);
                 }
             }
             Query::Title => {
