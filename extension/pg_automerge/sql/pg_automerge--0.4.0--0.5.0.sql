@@ -207,3 +207,14 @@ CREATE AGGREGATE merge_agg(automerge) (
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the group';
+
+-- 0.5.0 sorts documents by abbreviated keys: ORDER BY doc, btree index builds and merge
+-- joins read each document's header about once instead of twice per comparison.
+CREATE FUNCTION "automerge_sortsupport"(
+	"ssup" internal
+) RETURNS void
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_sortsupport_wrapper';
+ALTER OPERATOR FAMILY automerge_btree_ops USING btree
+    ADD FUNCTION 2 (automerge, automerge) automerge_sortsupport(internal);

@@ -3,13 +3,17 @@
 //! `DISTINCT`, `GROUP BY`, hash joins and `REPLICA IDENTITY FULL` work. A btree class
 //! orders documents by their sorted heads: an order that says nothing about content, but
 //! is total and agrees with `=`, which is what `count(DISTINCT doc)`, sort-based grouping
-//! and merge joins need.
+//! and merge joins need. Sorts and btree index builds compare abbreviated keys, so that
+//! ordering many large documents reads each one's header about once.
 
 use std::cmp::Ordering;
+use std::ffi::c_int;
 
 use pgrx::prelude::*;
+use pgrx::Internal;
 
 use crate::datum::DocHeader;
+use crate::errors::OrRaise;
 
 fn compare(left: &DocHeader<'_>, right: &DocHeader<'_>) -> Ordering {
     left.summary.heads.cmp(&right.summary.heads)
@@ -48,6 +52,69 @@ fn automerge_gt(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_ge(left: DocHeader<'_>, right: DocHeader<'_>) -> bool {
     compare(&left, &right).is_ge()
+}
+
+/// A sort's support: the abbreviated key of a document is the first eight bytes of its
+/// smallest head, read from its header once as the sort takes the tuple in; the headers
+/// are read again only for documents whose keys tie (equal documents, or one in 2^64).
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_sortsupport(mut ssup: Internal) {
+    // SAFETY: Postgres passes a sort support function its SortSupportData.
+    let ssup = unsafe { ssup.get_mut::<pg_sys::SortSupportData>() }
+        .expect("a sort support function gets its SortSupportData");
+    ssup.comparator = Some(compare_datums);
+    if ssup.abbreviate {
+        ssup.comparator = Some(compare_keys);
+        ssup.abbrev_converter = Some(abbreviate);
+        ssup.abbrev_abort = Some(keep_abbreviating);
+        ssup.abbrev_full_comparator = Some(compare_datums);
+    }
+}
+
+/// Reads a sorted document's heads, raising what a bad value raises in `automerge_cmp`.
+unsafe fn heads_of(datum: pg_sys::Datum) -> Vec<automerge::ChangeHash> {
+    // SAFETY: a sort hands its comparators non-null values of the sorted column's type.
+    unsafe { DocHeader::read(datum) }.or_raise("automerge_cmp").heads
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn compare_datums(
+    left: pg_sys::Datum,
+    right: pg_sys::Datum,
+    _ssup: pg_sys::SortSupport,
+) -> c_int {
+    unsafe { heads_of(left).cmp(&heads_of(right)) as c_int }
+}
+
+/// Abbreviated keys in unsigned order (what Postgres's `ssup_datum_unsigned_cmp` does,
+/// which pgrx binds as a Rust function only).
+unsafe extern "C-unwind" fn compare_keys(
+    left: pg_sys::Datum,
+    right: pg_sys::Datum,
+    _ssup: pg_sys::SortSupport,
+) -> c_int {
+    left.value().cmp(&right.value()) as c_int
+}
+
+/// Big-endian, so that unsigned order of keys is the heads' byte order; no heads (an empty
+/// document, first in the order) is 0, which ties only with heads starting with 8 zeros.
+#[pg_guard]
+unsafe extern "C-unwind" fn abbreviate(
+    original: pg_sys::Datum,
+    _ssup: pg_sys::SortSupport,
+) -> pg_sys::Datum {
+    let heads = unsafe { heads_of(original) };
+    let key = heads
+        .first()
+        .map_or(0, |head| u64::from_be_bytes(head.0[..8].try_into().expect("8 bytes")));
+    pg_sys::Datum::from(key as usize)
+}
+
+/// Heads are SHA-256 hashes: keys are as distinct as the documents, so abbreviation never
+/// stops paying.
+#[pg_guard]
+unsafe extern "C-unwind" fn keep_abbreviating(_tuples: c_int, _ssup: pg_sys::SortSupport) -> bool {
+    false
 }
 
 /// Heads are SHA-256 hashes, already uniformly distributed: folding their first eight
@@ -107,7 +174,8 @@ CREATE OPERATOR >= (
 );
 CREATE OPERATOR CLASS automerge_btree_ops DEFAULT FOR TYPE automerge USING btree AS
     OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
-    FUNCTION 1 automerge_cmp(automerge, automerge);
+    FUNCTION 1 automerge_cmp(automerge, automerge),
+    FUNCTION 2 automerge_sortsupport(internal);
 CREATE OPERATOR CLASS automerge_hash_ops DEFAULT FOR TYPE automerge USING hash AS
     OPERATOR 1 = (automerge, automerge),
     FUNCTION 1 automerge_hash(automerge),
@@ -117,6 +185,7 @@ CREATE OPERATOR CLASS automerge_hash_ops DEFAULT FOR TYPE automerge USING hash A
     requires = [
         "automerge_type",
         automerge_cmp,
+        automerge_sortsupport,
         automerge_eq,
         automerge_ne,
         automerge_lt,
