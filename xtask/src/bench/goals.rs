@@ -46,7 +46,8 @@ const JSONB_READS: [(&str, &str); 4] = [
 ];
 /// Each at most this many times the same read on a plain `jsonb` column.
 const JSONB_READ_RATIO_GOAL: f64 = 1.5;
-/// Reads of the header (and actor table): one TOAST chunk, at most this long.
+/// Reads of the header (and actor table): one TOAST chunk, adding at most this much to the
+/// client's round trip of the same one-row lookup on the `jsonb` table.
 const HEADER_READS: [(&str, &str); 5] = [
     ("heads", "`automerge_heads`"),
     ("change count", "`automerge_change_count`"),
@@ -199,17 +200,26 @@ fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
     }
     for (operation, read) in HEADER_READS {
         for &fixture in &fixtures {
-            let (measured, met) = match find(rows, "sql", operation, OURS, fixture) {
-                Some(ours) => {
-                    (duration(ours.median_ns), Some(ours.median_ns <= HEADER_READ_GOAL_NS))
+            let ours = find(rows, "sql", operation, OURS, fixture);
+            let lookup = find(rows, "sql", operation, JSONB, fixture);
+            let (measured, met) = match (ours, lookup) {
+                (Some(ours), Some(lookup)) => {
+                    let added = ours.median_ns - lookup.median_ns;
+                    let text = format!(
+                        "{} over the lookup's {} ({} in all)",
+                        duration(added.max(0.0)),
+                        duration(lookup.median_ns),
+                        duration(ours.median_ns)
+                    );
+                    (text, Some(added <= HEADER_READ_GOAL_NS))
                 }
-                None => not_measured(),
+                _ => not_measured(),
             };
             goals.push(Goal {
                 goal: format!("{read} from the header"),
                 fixture: fixture.to_string(),
                 measured,
-                target: format!("≤ {}", duration(HEADER_READ_GOAL_NS)),
+                target: format!("≤ {} over a one-row lookup", duration(HEADER_READ_GOAL_NS)),
                 met,
             });
         }
@@ -359,7 +369,12 @@ mod tests {
             row("sql", "nested path", OURS, 2e6),
             row("sql", "nested path", JSONB, 1e6),
             row("sql", "heads", OURS, 0.1e6),
+            row("sql", "heads", JSONB, 0.05e6),
             row("sql", "hash", OURS, 0.3e6),
+            row("sql", "hash", JSONB, 0.05e6),
+            // What a slow round trip takes is the lookup's, not the header read's.
+            row("sql", "equality", OURS, 0.3e6),
+            row("sql", "equality", JSONB, 0.15e6),
         ];
         let measure = |variant: &str, measure: &str, value: i64| StorageMeasure {
             fixture: "js-rich-text-medium".into(),
@@ -387,6 +402,8 @@ mod tests {
         assert_eq!(met("`doc::jsonb` against"), None);
         assert_eq!(met("`automerge_heads` from the header"), Some(true));
         assert_eq!(met("`automerge_hash` from the header"), Some(false));
+        assert_eq!(met("`doc = doc` from the header"), Some(true));
+        assert_eq!(met("`automerge_change_count` from the header"), None);
         assert_eq!(met("stored size"), Some(true), "2000 ≤ 1.05 × 2000");
         assert_eq!(met("WAL of a small write"), Some(false), "2200 > 1.05 × 2000");
     }
