@@ -5,7 +5,7 @@
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, ROOT};
 use cluster_tests::connect;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 const DOCUMENTS: usize = 10_000;
 /// Copies of the first documents, so that equal documents meet in the sort and the hash.
@@ -26,8 +26,13 @@ fn content() -> String {
 /// Shared buffers the statement touched, TOAST included, from EXPLAIN (ANALYZE, BUFFERS).
 async fn buffers(client: &Client, query: &str) -> i64 {
     let explain = format!("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) {query}");
-    let plan: String = client.query_one(&explain, &[]).await.unwrap().get(0);
-    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    // The simple protocol hands the plan over as text (its type is json).
+    let plan = client.simple_query(&explain).await.unwrap();
+    let plan = plan.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    });
+    let plan: serde_json::Value = serde_json::from_str(plan.expect("a plan")).unwrap();
     let top = &plan[0]["Plan"];
     top["Shared Hit Blocks"].as_i64().unwrap() + top["Shared Read Blocks"].as_i64().unwrap()
 }
@@ -54,7 +59,7 @@ async fn sorting_and_hashing_read_each_header_about_once() {
     for (batch, saves) in saves.chunks(1_000).enumerate() {
         client
             .execute(
-                "INSERT INTO sorted_docs SELECT $1 + n - 1, save FROM unnest($2::bytea[]) WITH ORDINALITY u(save, n)",
+                "INSERT INTO sorted_docs SELECT $1::int + n::int - 1, save FROM unnest($2::bytea[]) WITH ORDINALITY u(save, n)",
                 &[&((batch * 1_000) as i32), &saves],
             )
             .await
@@ -110,24 +115,11 @@ async fn sorting_and_hashing_read_each_header_about_once() {
         hashed * 10 <= each_header_once * 15,
         "grouping touched {hashed} buffers where reading every header once touches {each_header_once}"
     );
+    eprintln!(
+        "buffers: every header once {each_header_once}, ORDER BY doc {sorted}, GROUP BY doc {hashed}"
+    );
     let groups: i64 = client.query_one(grouping, &[]).await.unwrap().get(0);
     assert_eq!(groups, DOCUMENTS as i64);
 
-    // A btree built by the same sort finds a document and its copy.
-    client
-        .batch_execute(
-            "RESET enable_sort; CREATE INDEX ON sorted_docs (doc); SET enable_seqscan = off",
-        )
-        .await
-        .unwrap();
-    let found: i64 = client
-        .query_one(
-            "SELECT count(*) FROM sorted_docs WHERE doc = (SELECT doc FROM sorted_docs WHERE id = 7)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(found, 2);
-    client.batch_execute("RESET enable_seqscan; DROP TABLE sorted_docs").await.unwrap();
+    client.batch_execute("RESET enable_sort; DROP TABLE sorted_docs").await.unwrap();
 }

@@ -208,7 +208,7 @@ CREATE AGGREGATE merge_agg(automerge) (
 );
 COMMENT ON AGGREGATE merge_agg(automerge) IS 'the merge of every document in the group';
 
--- 0.5.0 sorts documents by abbreviated keys: ORDER BY doc, btree index builds and merge
+-- 0.5.0 sorts documents by abbreviated keys: ORDER BY doc, sort-based grouping and merge
 -- joins read each document's header about once instead of twice per comparison.
 CREATE FUNCTION "automerge_sortsupport"(
 	"ssup" internal

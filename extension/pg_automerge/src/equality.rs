@@ -3,7 +3,7 @@
 //! `DISTINCT`, `GROUP BY`, hash joins and `REPLICA IDENTITY FULL` work. A btree class
 //! orders documents by their sorted heads: an order that says nothing about content, but
 //! is total and agrees with `=`, which is what `count(DISTINCT doc)`, sort-based grouping
-//! and merge joins need. Sorts and btree index builds compare abbreviated keys, so that
+//! and merge joins need. Sorts compare abbreviated keys, so that
 //! ordering many large documents reads each one's header about once.
 
 use std::cmp::Ordering;
