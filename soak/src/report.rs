@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use report_table::Table;
 use tokio_postgres::Client;
 
-use crate::edits::EditKind;
+use fixtures::js_edits::EditKind;
 use crate::load::{IncrementalLoads, Query, State, Timing, TABLE};
 use crate::sampler::Sample;
 use crate::verify::Verification;
