@@ -466,7 +466,8 @@ pub async fn work(
             Query::Containment => {
                 let other = rng.usize(..state.config.connections);
                 let written = state.write_counts[other].load(Ordering::SeqCst).max(1);
-                let pattern = serde_json::json!({ counter_key(other): rng.u64(1..=written) }).to_string();
+                let pattern =
+                    serde_json::json!({ counter_key(other): rng.u64(1..=written) }).to_string();
                 let started = Instant::now();
                 let outcome = client.query_one(&containment, &[&pattern]).await.map(drop);
                 state.record(query, None, started, outcome);
