@@ -68,11 +68,13 @@ pub fn owner(id: i64, connections: usize) -> usize {
     ((id - 1) as usize * connections) / DOCUMENTS as usize
 }
 
-/// One run's statements of one or all connections: how many, and each kind's latencies.
+/// One run's statements of one or all connections: how many, and each kind's latencies;
+/// for the whole run, the CPU time each server (or the workers together) used.
 #[derive(Default)]
 pub struct Run {
     pub statements: usize,
     pub latencies: BTreeMap<Query, Vec<Duration>>,
+    pub cpu: BTreeMap<&'static str, Duration>,
 }
 
 impl Run {

@@ -4,6 +4,7 @@
 //! the ratios to the single node measured in the same run, under
 //! results/citus-bench-<date>-<commit>/.
 
+mod cpu;
 mod mix;
 mod report;
 
@@ -56,12 +57,16 @@ impl CitusBenchFlags {
             .build()?;
         let duration = Duration::from_secs(self.seconds);
         let mut runs: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
+        let one_node = [(report::ONE_NODE, &single)];
+        let citus = [
+            (report::COORDINATOR, &nodes.coordinator),
+            (report::WORKERS, &nodes.workers[0]),
+            (report::WORKERS, &nodes.workers[1]),
+        ];
         for repeat in 1..=self.repeats {
-            for (setup, cluster) in
-                [(report::ONE_NODE, &single), (report::CITUS, &nodes.coordinator)]
-            {
+            for (setup, servers) in [(report::ONE_NODE, &one_node[..]), (report::CITUS, &citus)] {
                 let run = step(&format!("{setup}, run {repeat} of {}", self.repeats), || {
-                    runtime.block_on(measure(cluster, self.connections, duration))
+                    runtime.block_on(measure(servers, self.connections, duration))
                 })?;
                 note(format!("{} statements, every answer checked", run.statements));
                 runs.entry(setup).or_default().push(run);
@@ -85,7 +90,8 @@ impl CitusBenchFlags {
                 ("Citus", citus::VERSION.to_string()),
             ],
         )?;
-        let report = report::write(&runs, &provenance, self);
+        let cores = std::thread::available_parallelism()?.get();
+        let report = report::write(&runs, &provenance, self, cores);
         let dir = project_root()
             .join("results")
             .join(format!("citus-bench-{}-{}", provenance.date, provenance.commit));
@@ -97,10 +103,15 @@ impl CitusBenchFlags {
     }
 }
 
+/// A setup's servers, the one clients connect to first, each under the name the report
+/// gives its CPU time (the workers share one).
+type Servers<'a> = [(&'static str, &'a Cluster)];
+
 /// Fills the table afresh, runs the mix on `connections` connections for `duration`, and
-/// checks that the table holds every row inserted.
-async fn measure(cluster: &Cluster, connections: usize, duration: Duration) -> Result<Run> {
-    let conninfo = cluster.conninfo(DATABASE);
+/// checks that the table holds every row inserted; counts the servers' CPU time until the
+/// deadline, while every backend of the run is still there to be counted.
+async fn measure(servers: &Servers<'_>, connections: usize, duration: Duration) -> Result<Run> {
+    let conninfo = servers[0].1.conninfo(DATABASE);
     let (client, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     client.batch_execute("TRUNCATE docs").await?;
@@ -116,6 +127,7 @@ async fn measure(cluster: &Cluster, connections: usize, duration: Duration) -> R
             (1..=DOCUMENTS).filter(|&id| mix::owner(id, connections) == worker).collect();
         opened.push(Connection::open(&conninfo, worker, &ids).await?);
     }
+    let cpu_before = cpu_used(servers)?;
     let growth = std::sync::Arc::new(Growth::new(duration));
     let tasks: Vec<_> = opened
         .into_iter()
@@ -124,11 +136,24 @@ async fn measure(cluster: &Cluster, connections: usize, duration: Duration) -> R
             tokio::spawn(async move { connection.run(&growth).await })
         })
         .collect();
+    tokio::time::sleep_until(growth.deadline().into()).await;
+    let cpu_after = cpu_used(servers)?;
     let mut total = Run::default();
     for task in tasks {
         total.add(task.await??);
     }
+    total.cpu =
+        cpu_after.into_iter().map(|(name, after)| (name, after - cpu_before[name])).collect();
     let rows: i64 = client.query_one("SELECT count(*) FROM docs", &[]).await?.get(0);
     ensure!(rows == growth.rows(), "{rows} rows in the table, {} inserted", growth.rows());
     Ok(total)
+}
+
+/// The CPU time each named server (or servers) used so far.
+fn cpu_used(servers: &Servers<'_>) -> Result<BTreeMap<&'static str, Duration>> {
+    let mut used = BTreeMap::new();
+    for (name, cluster) in servers {
+        *used.entry(*name).or_default() += cpu::used(cluster)?;
+    }
+    Ok(used)
 }

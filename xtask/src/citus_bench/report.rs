@@ -1,5 +1,6 @@
-//! The citus-bench report: per setup, the median over the runs of the throughput and of
-//! each statement kind's median latency, and Citus's ratio to the single node.
+//! The citus-bench report: per setup, the median over the runs of the throughput, of each
+//! statement kind's median latency and of each server's CPU time per statement, Citus's
+//! ratios to the single node, and from the CPU time what N workers would do on paper.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +11,15 @@ use super::mix::{Run, DOCUMENTS};
 use crate::flags::CitusBenchFlags;
 use crate::provenance::Provenance;
 
+/// The setups, and the servers whose CPU time is counted (the single node's under its
+/// setup's name).
 pub const ONE_NODE: &str = "one node";
 pub const CITUS: &str = "Citus";
+pub const COORDINATOR: &str = "coordinator";
+pub const WORKERS: &str = "workers";
+
+/// The numbers of workers the report projects the mix's throughput to.
+const PROJECTED_WORKERS: [u32; 4] = [2, 4, 8, 16];
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -25,63 +33,91 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// The runs of each setup, and the medians over them.
+struct Runs<'a> {
+    runs: &'a BTreeMap<&'a str, Vec<Run>>,
+    seconds: f64,
+}
+
+impl Runs<'_> {
+    fn median(&self, setup: &str, of: impl Fn(&Run) -> f64) -> f64 {
+        median(self.runs[setup].iter().map(of).collect())
+    }
+
+    fn per_second(&self, setup: &str) -> f64 {
+        self.median(setup, |run| run.statements as f64 / self.seconds)
+    }
+
+    /// The median over the runs of each run's median latency of `query`, in milliseconds.
+    fn latency(&self, setup: &str, query: Query) -> f64 {
+        self.median(setup, |run| {
+            let latencies = run.latencies.get(&query).map_or(&[][..], Vec::as_slice);
+            median(latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect())
+        })
+    }
+
+    /// The CPU time `server` used per statement of the mix, in milliseconds.
+    fn cpu(&self, setup: &str, server: &str) -> f64 {
+        self.median(setup, |run| run.cpu[server].as_secs_f64() * 1000.0 / run.statements as f64)
+    }
+
+    fn each_run(&self, setup: &str) -> String {
+        let counts: Vec<String> =
+            self.runs[setup].iter().map(|run| run.statements.to_string()).collect();
+        counts.join(", ")
+    }
+
+    fn of_kind(&self, setup: &str, query: Query) -> usize {
+        self.runs[setup].iter().map(|run| run.latencies.get(&query).map_or(0, Vec::len)).sum()
+    }
+}
+
+fn setups_table(first_column: &str) -> Table {
+    Table::new([
+        (first_column, Align::Left),
+        ("one node", Align::Right),
+        ("coordinator + 2 workers", Align::Right),
+        ("Citus / one node", Align::Right),
+    ])
+}
+
+fn ratio_row(table: &mut Table, label: String, one: f64, citus: f64, digits: usize) {
+    table.row([label, format!("{one:.digits$}"), format!("{citus:.digits$}"), ratio(citus / one)]);
+}
+
+fn ratio(value: f64) -> String {
+    format!("{value:.2}x")
+}
+
 /// The report's Markdown.
 pub fn write(
     runs: &BTreeMap<&str, Vec<Run>>,
     provenance: &Provenance,
     flags: &CitusBenchFlags,
+    cores: usize,
 ) -> String {
-    let seconds = flags.seconds as f64;
-    let per_second = |setup: &str| {
-        median(runs[setup].iter().map(|run| run.statements as f64 / seconds).collect())
-    };
-    let latency = |setup: &str, query: Query| {
-        median(
-            runs[setup]
-                .iter()
-                .map(|run| {
-                    let latencies = run.latencies.get(&query).map_or(&[][..], Vec::as_slice);
-                    median(latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect())
-                })
-                .collect(),
-        )
-    };
-    let mut table = Table::new([
-        ("measure", Align::Left),
-        ("one node", Align::Right),
-        ("coordinator + 2 workers", Align::Right),
-        ("Citus / one node", Align::Right),
-    ]);
-    let ratio_row = |table: &mut Table, label: String, one: f64, citus: f64, digits: usize| {
-        table.row([
-            label,
-            format!("{one:.digits$}"),
-            format!("{citus:.digits$}"),
-            format!("{:.2}x", citus / one),
-        ]);
-    };
+    let runs = Runs { runs, seconds: flags.seconds as f64 };
+    let mut table = setups_table("measure");
     ratio_row(
         &mut table,
         "statements per second".into(),
-        per_second(ONE_NODE),
-        per_second(CITUS),
+        runs.per_second(ONE_NODE),
+        runs.per_second(CITUS),
         0,
     );
-    let each_run = |setup: &str| {
-        runs[setup].iter().map(|r| r.statements.to_string()).collect::<Vec<_>>().join(", ")
-    };
+    let each_run = [runs.each_run(ONE_NODE), runs.each_run(CITUS)];
     table.row([
         "statements in each run".to_string(),
-        each_run(ONE_NODE),
-        each_run(CITUS),
+        each_run[0].clone(),
+        each_run[1].clone(),
         String::new(),
     ]);
     for query in Query::ALL {
         ratio_row(
             &mut table,
             format!("median latency, {} (ms)", query.name()),
-            latency(ONE_NODE, query),
-            latency(CITUS, query),
+            runs.latency(ONE_NODE, query),
+            runs.latency(CITUS, query),
             2,
         );
     }
@@ -90,14 +126,11 @@ pub fn write(
         ("one node", Align::Right),
         ("coordinator + 2 workers", Align::Right),
     ]);
-    let all_runs = |setup: &str, query: Query| -> usize {
-        runs[setup].iter().map(|run| run.latencies.get(&query).map_or(0, Vec::len)).sum()
-    };
     for query in Query::ALL {
         counts.row([
             query.name().to_string(),
-            all_runs(ONE_NODE, query).to_string(),
-            all_runs(CITUS, query).to_string(),
+            runs.of_kind(ONE_NODE, query).to_string(),
+            runs.of_kind(CITUS, query).to_string(),
         ]);
     }
     let weights: Vec<String> =
@@ -108,28 +141,85 @@ pub fn write(
          {connections} connections run the soak's mix for {seconds}s on a table that starts \
          with {DOCUMENTS} documents (the sample documents, a few hundred bytes each, each row \
          a fork of its own) and grows by {growth} inserts at an even pace (the soak's rate), \
-         against one \
-         PostgreSQL node and against a Citus coordinator with two workers (32 shards), all on \
-         this machine; {repeats} runs of each, alternating. Each statement is picked at random \
-         by the soak's weights (per 95: {weights}); the incremental writes are the soak's \
-         JS-shaped edits of one change, the upserts a full save of a replica holding only its \
-         own changes, the containment query `doc::jsonb @> …` through a GIN index \
-         (`jsonb_path_ops` on `(doc::jsonb)`), history `automerge_heads`, \
+         against one PostgreSQL node and against a Citus coordinator with two workers (32 \
+         shards), all on this machine; {repeats} runs of each, alternating. Each statement is \
+         picked at random by the soak's weights (per 95: {weights}); the incremental writes \
+         are the soak's JS-shaped edits of one change, the upserts a full save of a replica \
+         holding only its own changes, the containment query `doc::jsonb @> …` through a GIN \
+         index (`jsonb_path_ops` on `(doc::jsonb)`), history `automerge_heads`, \
          `automerge_changes` and the document as of its first change, `merge_agg` over up to \
          three replicas of one document (a multi-shard query on Citus). Each connection \
          writes rows of its own and keeps a replica of each, and every answer is checked \
          against it (titles, counts, spans, heads, change counts, merged heads), as is every \
          row's heads at the end of each run: a wrong answer fails the run.\n\n\
          Figures are medians over the runs (latencies: the median over the runs of each \
-         run's median). Every node shares the same cores: this measures what distributing \
-         costs (a coordinator hop per statement, and containment queries that visit every \
-         shard), not what more machines give.\n\n{table}\n\
-         Statements of each kind, over all runs:\n\n{counts}\n## Provenance\n\n{}",
+         run's median). Every node and the client share the same {cores} cores: this \
+         measures what distributing costs (a coordinator hop per statement, and containment \
+         queries that visit every shard), not what more machines give.\n\n{table}\n\
+         Statements of each kind, over all runs:\n\n{counts}\n{cpu}\n## Provenance\n\n{}",
         provenance.markdown(),
         connections = flags.connections,
         seconds = flags.seconds,
         repeats = flags.repeats,
         growth = load_mix::growth(flags.seconds),
         weights = weights.join(", "),
+        cpu = cpu_section(&runs, cores),
+    )
+}
+
+/// Each server's CPU time per statement, and what it means for N workers on machines of
+/// their own: the coordinator's share of a statement stays the same, the workers' is spread
+/// over N of them.
+fn cpu_section(runs: &Runs, cores: usize) -> String {
+    let one = runs.cpu(ONE_NODE, ONE_NODE);
+    let (coordinator, workers) = (runs.cpu(CITUS, COORDINATOR), runs.cpu(CITUS, WORKERS));
+    let mut table = setups_table("server");
+    table.row(["the single node".to_string(), format!("{one:.2}"), String::new(), String::new()]);
+    table.row([
+        "the coordinator".to_string(),
+        String::new(),
+        format!("{coordinator:.2}"),
+        String::new(),
+    ]);
+    table.row([
+        "the two workers together".to_string(),
+        String::new(),
+        format!("{workers:.2}"),
+        String::new(),
+    ]);
+    ratio_row(&mut table, "all servers".into(), one, coordinator + workers, 2);
+    let cores = cores as f64;
+    let limit = |cpu_ms: f64| cores * 1000.0 / cpu_ms;
+    let mut projection = Table::new([
+        ("workers", Align::Right),
+        ("the coordinator's limit", Align::Right),
+        ("the workers' limit", Align::Right),
+        ("statements per second", Align::Right),
+        ("/ one node's limit", Align::Right),
+    ]);
+    for n in PROJECTED_WORKERS {
+        let workers_limit = f64::from(n) * limit(workers);
+        let projected = workers_limit.min(limit(coordinator));
+        projection.row([
+            n.to_string(),
+            format!("{:.0}", limit(coordinator)),
+            format!("{workers_limit:.0}"),
+            format!("{projected:.0}"),
+            ratio(projected / limit(one)),
+        ]);
+    }
+    format!(
+        "## CPU time per statement, and N workers on paper\n\n\
+         The servers' CPU time (user and system, of the postmaster and every backend) from \
+         the first statement to the deadline, divided by the statements of the run, in \
+         milliseconds; medians over the runs. CPU time does not grow with the contention for \
+         the shared cores as latencies do.\n\n{table}\n\
+         On paper, each server on a machine of its own with {cores} cores like this one, and \
+         the load bound by CPU alone (no network or disk waits, the client elsewhere): one \
+         node does at most {one_limit:.0} statements per second; with N workers, the \
+         coordinator's CPU per statement stays the same and caps the throughput, while the \
+         workers' (every shard's part of a containment query included: the shards stay 32) \
+         is spread over N machines.\n\n{projection}",
+        one_limit = limit(one),
     )
 }
