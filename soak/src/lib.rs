@@ -7,7 +7,6 @@
 
 pub mod container;
 pub mod documents;
-mod edits;
 mod listener;
 mod load;
 mod report;

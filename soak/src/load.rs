@@ -10,10 +10,10 @@ use std::time::Instant;
 use anyhow::Result;
 use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, AutoCommit, Change, ROOT};
+use fixtures::js_edits::{self as edits, counter_key, EditKind};
 use tokio_postgres::Client;
 
 use crate::documents::Catalogue;
-use crate::edits::{self, EditKind};
 use crate::Config;
 
 pub const TABLE: &str = "soak_documents";
@@ -28,65 +28,7 @@ const CONNECTION_MEMORY_EVERY_SECS: f64 = 10.0;
 /// the client's memory; a row whose fork was dropped gets a new one, under a new actor.
 const LARGE_FORKS_KEPT: usize = 1;
 
-/// The kinds of statement the mix runs; each is timed on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Query {
-    /// A new row: the upsert of a fixture's full save.
-    Insert,
-    /// `doc || '\x…'::bytea`: one new change, the kind a JS client sends (see [`edits`]).
-    Incremental,
-    /// `INSERT … ON CONFLICT DO UPDATE SET doc = t.doc || excluded.doc` of a replica's full save.
-    Upsert,
-    /// `doc->>'title'`.
-    Title,
-    /// `body @> …` through the GIN index.
-    Containment,
-    Spans,
-    /// `automerge_heads`, `automerge_changes` and `automerge_to_jsonb(doc, heads)`.
-    History,
-    MergeAgg,
-}
-
-impl Query {
-    pub const ALL: [Query; 8] = [
-        Query::Insert,
-        Query::Incremental,
-        Query::Upsert,
-        Query::Title,
-        Query::Containment,
-        Query::Spans,
-        Query::History,
-        Query::MergeAgg,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Query::Insert => "insert",
-            Query::Incremental => "incremental write",
-            Query::Upsert => "upsert of a full save",
-            Query::Title => "doc->>'title'",
-            Query::Containment => "GIN containment",
-            Query::Spans => "automerge_spans",
-            Query::History => "history",
-            Query::MergeAgg => "merge_agg",
-        }
-    }
-
-    pub fn is_write(self) -> bool {
-        matches!(self, Query::Insert | Query::Incremental | Query::Upsert)
-    }
-}
-
-/// How often each kind is picked, out of the sum (inserts follow the growth schedule).
-const MIX: [(Query, u32); 7] = [
-    (Query::Incremental, 30),
-    (Query::Upsert, 10),
-    (Query::Title, 20),
-    (Query::Containment, 10),
-    (Query::Spans, 5),
-    (Query::History, 10),
-    (Query::MergeAgg, 10),
-];
+pub use fixtures::load_mix::Query;
 
 /// A statement that ran: when (seconds since the load began), how long, on what.
 #[derive(Clone, Copy)]
@@ -427,7 +369,6 @@ pub async fn work(
              FROM automerge_memory_usage() u",
         )
         .await?;
-    let total_weight: u32 = MIX.iter().map(|(_, weight)| weight).sum();
     let mut next_memory_sample = 0.0;
 
     while Instant::now() < deadline {
@@ -452,13 +393,7 @@ pub async fn work(
             }
             continue;
         }
-        let mut pick = rng.u32(..total_weight);
-        let query = MIX.iter().find(|(_, weight)| {
-            let found = pick < *weight;
-            pick = pick.saturating_sub(*weight);
-            found
-        });
-        let query = query.expect("the pick is below the total weight").0;
+        let query = Query::pick(&mut rng);
         match query {
             Query::Incremental => {
                 let id = state.row_to_write(&mut rng);
@@ -505,7 +440,7 @@ pub async fn work(
                     AutoCommit::new().with_actor(actor(Role::Upsert, worker, id, generation))
                 });
                 let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
-                replica.put(ROOT, format!("soak_w{worker}"), count as i64)?;
+                replica.put(ROOT, counter_key(worker), count as i64)?;
                 let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
                 replica.put(ROOT, format!("soak_note_w{worker}"), note)?;
                 let change = commit(replica);
@@ -531,7 +466,8 @@ pub async fn work(
             Query::Containment => {
                 let other = rng.usize(..state.config.connections);
                 let written = state.write_counts[other].load(Ordering::SeqCst).max(1);
-                let pattern = format!(r#"{{"soak_w{other}": {}}}"#, rng.u64(1..=written));
+                let pattern =
+                    serde_json::json!({ counter_key(other): rng.u64(1..=written) }).to_string();
                 let started = Instant::now();
                 let outcome = client.query_one(&containment, &[&pattern]).await.map(drop);
                 state.record(query, None, started, outcome);

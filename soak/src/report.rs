@@ -6,11 +6,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use fixtures::js_edits::EditKind;
 use plotters::prelude::*;
 use report_table::Table;
 use tokio_postgres::Client;
 
-use crate::edits::EditKind;
 use crate::load::{IncrementalLoads, Query, State, Timing, TABLE};
 use crate::sampler::Sample;
 use crate::verify::Verification;

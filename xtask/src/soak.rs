@@ -6,6 +6,7 @@
 use std::process::Command;
 
 use anyhow::{bail, Result};
+use fixtures::load_mix::{self, FULL_LENGTH_SECS};
 use xshell::{cmd, Shell};
 
 use crate::cluster::checkout_id;
@@ -15,8 +16,6 @@ use crate::project_root;
 use crate::provenance::Provenance;
 use crate::util::{note, step, Skippable};
 
-/// The full-length run, whose report is `results/soak-<date>/`.
-const FULL_LENGTH_SECS: u64 = 70 * 60;
 const INITIAL_DOCUMENTS: u64 = 200;
 
 impl SoakFlags {
@@ -34,8 +33,7 @@ impl SoakFlags {
         let run = run_label("soak");
         remove_leftover_containers(sh, &run)?;
         let results_dir = project_root().join("results").join(&name);
-        // The table grows by 2,500 documents in 70 minutes: a shorter run grows at that rate.
-        let growth = 2500 * self.duration.as_secs().min(FULL_LENGTH_SECS) / FULL_LENGTH_SECS;
+        let growth = load_mix::growth(self.duration.as_secs());
         let config = serde_json::json!({
             "image": tag,
             "run": run,

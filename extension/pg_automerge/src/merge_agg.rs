@@ -201,24 +201,63 @@ mod tests {
         assert_eq!(nulls.unwrap(), Some(true));
     }
 
+    /// Parallel workers each merge their share of the rows and ship their states to the
+    /// leader, which combines them: the answer is what one backend merging every row
+    /// gives. EXPLAIN ANALYZE shows the plan was parallel and that workers ran it; the
+    /// leader takes no share, so every state it combines crossed from a worker.
     #[pg_test]
-    fn the_planner_runs_it_in_parallel() {
+    fn parallel_workers_merge_what_one_backend_merges() {
+        Spi::run("CREATE TABLE forks (doc automerge)").unwrap();
+        let mut expected = AutoCommit::load(&sample("project").save()).unwrap();
+        // Enough rows to fill pages for both workers.
+        for actor in 1..=300u16 {
+            let mut id = [0u8; 16];
+            id[..2].copy_from_slice(&actor.to_be_bytes());
+            let mut fork = AutoCommit::load(&sample("project").save())
+                .unwrap()
+                .with_actor(automerge::ActorId::from(id));
+            fork.put(ROOT, format!("k{actor}"), actor as i64).unwrap();
+            expected.merge(&mut fork.clone()).unwrap();
+            Spi::run_with_args("INSERT INTO forks VALUES ($1)", &[fork.save().into()]).unwrap();
+        }
+        Spi::run("ANALYZE forks").unwrap();
+        let merge = "SELECT automerge_heads(m), m::jsonb::text \
+                     FROM (SELECT merge_agg(doc) AS m FROM forks) merged";
+        Spi::run("SET LOCAL max_parallel_workers_per_gather = 0").unwrap();
+        let serial = Spi::get_two::<Vec<String>, String>(merge).unwrap();
         Spi::run(
-            "CREATE TABLE many AS SELECT i, '\\x'::automerge AS doc FROM generate_series(1, 1000) i; \
-             ANALYZE many; \
-             SET LOCAL parallel_setup_cost = 0; SET LOCAL parallel_tuple_cost = 0; \
-             SET LOCAL min_parallel_table_scan_size = 0; SET LOCAL max_parallel_workers_per_gather = 2;",
+            "SET LOCAL parallel_setup_cost = 0; SET LOCAL parallel_tuple_cost = 0; \
+             SET LOCAL min_parallel_table_scan_size = 0; \
+             SET LOCAL max_parallel_workers_per_gather = 2; \
+             SET LOCAL parallel_leader_participation = off",
         )
         .unwrap();
         let plan: Vec<String> = Spi::connect(|client| {
             client
-                .select("EXPLAIN (COSTS OFF) SELECT merge_agg(doc) FROM many", None, &[])
+                .select(
+                    &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {merge}"),
+                    None,
+                    &[],
+                )
                 .unwrap()
                 .map(|row| row.get::<String>(1).unwrap().unwrap())
                 .collect()
         });
         let plan = plan.join("\n");
-        assert!(plan.contains("Partial Aggregate"), "{plan}");
-        assert!(plan.contains("Finalize Aggregate"), "{plan}");
+        for node in ["Finalize Aggregate", "Gather", "Partial Aggregate", "Parallel Seq Scan"] {
+            assert!(plan.contains(node), "no {node}:\n{plan}");
+        }
+        let launched = plan
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("Workers Launched: "))
+            .and_then(|count| count.parse::<u32>().ok());
+        assert!(launched.is_some_and(|count| count > 0), "no worker ran it:\n{plan}");
+        let parallel = Spi::get_two::<Vec<String>, String>(merge).unwrap();
+        assert_eq!(parallel, serial);
+        let mut heads = serial.0.unwrap();
+        heads.sort();
+        let mut expected_heads = pg_automerge_core::heads::to_hex(&expected.get_heads());
+        expected_heads.sort();
+        assert_eq!(heads, expected_heads);
     }
 }

@@ -181,12 +181,26 @@ fn extension_update_reaches_every_node(nodes: &Nodes) -> Result<()> {
     Ok(())
 }
 
+/// Which document row `id` holds: its own, but rows 1 and 2 hold the same one, so that
+/// equality has something to find.
+fn document_id(id: i64) -> i64 {
+    if id == 2 {
+        1
+    } else {
+        id
+    }
+}
+
+/// Which of the samples row `id`'s document is made from.
+pub fn sample_index(id: i64) -> usize {
+    document_id(id) as usize % fixtures::samples().len()
+}
+
 /// The document of row `id`: a sample, forked by an actor of its own that sets `n` and a
-/// status; rows 1 and 2 hold the same document, so that equality has something to find.
+/// status.
 pub fn document(id: i64) -> AutoCommit {
-    let samples = fixtures::samples();
-    let id = if id == 2 { 1 } else { id };
-    let sample = &samples[id as usize % samples.len()];
+    let sample = &fixtures::samples()[sample_index(id)];
+    let id = document_id(id);
     let mut actor = [0u8; 16];
     actor[..8].copy_from_slice(&id.to_be_bytes());
     actor[15] = 1;
