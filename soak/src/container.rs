@@ -68,11 +68,16 @@ impl Server {
         Ok(Server { container, port })
     }
 
+    /// The connection string of the mapped port, for clients on this machine.
     pub fn conninfo(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres password={PASSWORD} dbname={DATABASE}",
-            self.port
-        )
+        conninfo("127.0.0.1", self.port)
+    }
+
+    /// The connection string another container uses: the server's address on the Docker
+    /// bridge.
+    pub async fn conninfo_on_bridge(&self) -> Result<String> {
+        let address = self.container.get_bridge_ip_address().await?;
+        Ok(conninfo(&address.to_string(), 5432))
     }
 
     /// A new connection, its connection task spawned.
@@ -106,6 +111,10 @@ impl Server {
         }
         Ok(stat)
     }
+}
+
+fn conninfo(host: &str, port: u16) -> String {
+    format!("host={host} port={port} user=postgres password={PASSWORD} dbname={DATABASE}")
 }
 
 /// `name value` lines.

@@ -183,8 +183,8 @@ pub struct ImageFlags {
     /// a Debian-layout PostgreSQL 17 image such as the official `postgres:17`.
     #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
-    /// Package the extension in the debug profile (what `cargo xtask test` uses) instead of
-    /// release.
+    /// Package the extension (or, with --sync-server, the server) in the debug profile (what
+    /// `cargo xtask test` uses) instead of release.
     #[arg(long)]
     pub debug: bool,
     /// Build the sync server's image (docker/sync-server.Dockerfile) instead of the
