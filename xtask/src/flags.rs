@@ -142,9 +142,14 @@ pub struct BenchFlags {
     pub filter: Option<String>,
     /// Instead of the criterion benches, the sync server on Postgres against samod's
     /// file-system storage: first sync of stored documents and change round trips at 1, 10
-    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (a few minutes).
+    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (about four
+    /// minutes a repeat).
     #[arg(long)]
     pub sync: bool,
+    /// With --sync: how many times each storage is measured, the two alternating; the
+    /// report gives medians over them. 5 by default, 1 with --quick.
+    #[arg(long, requires = "sync")]
+    pub repeats: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
