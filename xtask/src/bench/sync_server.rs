@@ -355,10 +355,10 @@ fn report(
     }
     let _ = writeln!(
         text,
-        "At 100 pairs both storages are slow for a reason of samod's, not theirs: samod 0.16's \
-         hub checks every connection against every open document on each event it handles, so \
-         a round's cost grows with connections × documents × events (see \
-         [docs/sync-server.md](../../docs/sync-server.md#scaling-limits)).\n"
+        "How round trips grow with the pairs is samod's doing more than the storage's: samod \
+         0.16's hub checks every connection against every open document on each event it \
+         handles, so a round costs in proportion to connections × documents × events, on \
+         either storage (see [docs/sync-server.md](../../docs/sync-server.md#scaling-limits)).\n"
     );
     text
 }
