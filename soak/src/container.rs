@@ -28,6 +28,10 @@ pub struct ServerOptions {
     pub run: String,
 }
 
+/// The name by which another container reaches this machine's mapped ports, given with
+/// `.with_host(HOST_GATEWAY, Host::HostGateway)`.
+pub const HOST_GATEWAY: &str = "host.docker.internal";
+
 /// The label that names the run a container belongs to.
 pub const RUN_LABEL: &str = "org.pg_automerge.run";
 
@@ -73,11 +77,10 @@ impl Server {
         conninfo("127.0.0.1", self.port)
     }
 
-    /// The connection string another container uses: the server's address on the Docker
-    /// bridge.
-    pub async fn conninfo_on_bridge(&self) -> Result<String> {
-        let address = self.container.get_bridge_ip_address().await?;
-        Ok(conninfo(&address.to_string(), 5432))
+    /// The connection string of the mapped port for another container that maps
+    /// [`HOST_GATEWAY`] to the host's gateway address (the default bridge has no names).
+    pub fn conninfo_from_a_container(&self) -> String {
+        conninfo(HOST_GATEWAY, self.port)
     }
 
     /// A new connection, its connection task spawned.

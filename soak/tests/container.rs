@@ -10,8 +10,8 @@ use std::time::Duration;
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ReadDoc, ROOT};
 use futures_util::StreamExt;
-use soak::container::{Server, ServerOptions, RUN_LABEL};
-use testcontainers::core::{IntoContainerPort, WaitFor};
+use soak::container::{Server, ServerOptions, HOST_GATEWAY, RUN_LABEL};
+use testcontainers::core::{Host, IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -203,7 +203,8 @@ async fn the_sync_server_image_syncs_into_the_extension_image() {
         .with_exposed_port(3030.tcp())
         .with_wait_for(WaitFor::message_on_stdout("listening on"))
         .with_label(RUN_LABEL, test_run())
-        .with_env_var("DATABASE_URL", postgres.conninfo_on_bridge().await.unwrap())
+        .with_host(HOST_GATEWAY, Host::HostGateway)
+        .with_env_var("DATABASE_URL", postgres.conninfo_from_a_container())
         .with_startup_timeout(Duration::from_secs(60))
         .start()
         .await
