@@ -83,7 +83,7 @@ fn base_image(sh: &Shell, base: &str) -> Result<String> {
 }
 
 /// The sync server's image tag for a build profile.
-pub fn sync_server_tag(debug: bool) -> String {
+fn sync_server_tag(debug: bool) -> String {
     format!("pg_automerge-sync-server:{}", if debug { "debug" } else { "latest" })
 }
 
