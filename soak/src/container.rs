@@ -28,6 +28,10 @@ pub struct ServerOptions {
     pub run: String,
 }
 
+/// The name by which another container reaches this machine's mapped ports, given with
+/// `.with_host(HOST_GATEWAY, Host::HostGateway)`.
+pub const HOST_GATEWAY: &str = "host.docker.internal";
+
 /// The label that names the run a container belongs to.
 pub const RUN_LABEL: &str = "org.pg_automerge.run";
 
@@ -68,11 +72,15 @@ impl Server {
         Ok(Server { container, port })
     }
 
+    /// The connection string of the mapped port, for clients on this machine.
     pub fn conninfo(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres password={PASSWORD} dbname={DATABASE}",
-            self.port
-        )
+        conninfo("127.0.0.1", self.port)
+    }
+
+    /// The connection string of the mapped port for another container that maps
+    /// [`HOST_GATEWAY`] to the host's gateway address (the default bridge has no names).
+    pub fn conninfo_from_a_container(&self) -> String {
+        conninfo(HOST_GATEWAY, self.port)
     }
 
     /// A new connection, its connection task spawned.
@@ -106,6 +114,10 @@ impl Server {
         }
         Ok(stat)
     }
+}
+
+fn conninfo(host: &str, port: u16) -> String {
+    format!("host={host} port={port} user=postgres password={PASSWORD} dbname={DATABASE}")
 }
 
 /// `name value` lines.

@@ -1,15 +1,24 @@
-//! The Docker image under testcontainers: it serves the extension built against our
-//! PostgreSQL 17 headers on the base's own 17.x, with the image's settings, password logins
-//! from the bridge, writes, reads and notifications; and a short soak keeps every
-//! invariant. `cargo xtask test` builds the image and names it in PG_AUTOMERGE_IMAGE.
+//! The Docker images under testcontainers: the extension's serves the extension built
+//! against our PostgreSQL 17 headers on the base's own 17.x, with the image's settings,
+//! password logins from the bridge, writes, reads and notifications; a short soak keeps
+//! every invariant; and the sync server's image syncs a client's document into the
+//! extension's. `cargo xtask test` builds the images and names them in PG_AUTOMERGE_IMAGE
+//! and PG_AUTOMERGE_SYNC_SERVER_IMAGE.
 
 use std::time::Duration;
 
+use automerge::transaction::Transactable;
+use automerge::{AutoCommit, ReadDoc, ROOT};
 use futures_util::StreamExt;
-use soak::container::{Server, ServerOptions};
+use soak::container::{Server, ServerOptions, HOST_GATEWAY, RUN_LABEL};
+use testcontainers::core::{Host, IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{GenericImage, ImageExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
+const SYNC_SERVER_IMAGE_ENV: &str = "PG_AUTOMERGE_SYNC_SERVER_IMAGE";
 /// The run label of these tests' containers: `cargo xtask test` names one of its own in
 /// this variable, by which it removes the containers this run leaves behind and no other.
 const RUN_ENV: &str = "PG_AUTOMERGE_RUN";
@@ -19,10 +28,14 @@ fn test_run() -> String {
     std::env::var(RUN_ENV).unwrap_or_else(|_| format!("container-tests.{}", std::process::id()))
 }
 
-fn image() -> String {
-    std::env::var(IMAGE_ENV).unwrap_or_else(|_| {
-        panic!("{IMAGE_ENV} is not set: `cargo xtask test` builds the image and runs these tests")
+fn image_named_in(variable: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!("{variable} is not set: `cargo xtask test` builds the images and runs these tests")
     })
+}
+
+fn image() -> String {
+    image_named_in(IMAGE_ENV)
 }
 
 async fn server() -> Server {
@@ -176,4 +189,72 @@ async fn a_short_soak_keeps_every_invariant() {
         let svg = std::fs::read_to_string(results_dir.join(chart)).unwrap();
         assert!(svg.contains("stroke-width=\"2\""), "{chart} draws its series");
     }
+}
+
+/// The sync server's image against the extension's, as docs/sync-server.md runs them: it
+/// answers /health once it reached Postgres, a samod client's document lands in the
+/// `documents` table, and a SQL write reaches the client by sync (through LISTEN).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sync_server_image_syncs_into_the_extension_image() {
+    let postgres = server().await;
+    let image = image_named_in(SYNC_SERVER_IMAGE_ENV);
+    let (name, tag) = image.split_once(':').unwrap_or((&image, "latest"));
+    let sync_server = GenericImage::new(name, tag)
+        .with_exposed_port(3030.tcp())
+        .with_wait_for(WaitFor::message_on_stdout("listening on"))
+        .with_label(RUN_LABEL, test_run())
+        .with_host(HOST_GATEWAY, Host::HostGateway)
+        .with_env_var("DATABASE_URL", postgres.conninfo_from_a_container())
+        .with_startup_timeout(Duration::from_secs(60))
+        .start()
+        .await
+        .expect("the sync server's image starts");
+    let port = sync_server.get_host_port_ipv4(3030.tcp()).await.unwrap();
+
+    let mut health = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    health
+        .write_all(b"GET /health HTTP/1.1\r\nHost: sync\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    health.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok\n"), "/health: {answer}");
+
+    let (repo, _) = sync_server::client::connect(&format!("ws://127.0.0.1:{port}")).await.unwrap();
+    let mut created = AutoCommit::new();
+    created.put(ROOT, "title", "From a client of the image").unwrap();
+    let handle = repo.create(created.document().clone()).await.unwrap();
+    let id = handle.document_id().to_string();
+    let db = postgres.connect().await.unwrap();
+    let mut title = None;
+    for _ in 0..300 {
+        let row = db
+            .query_opt("SELECT doc->>'title' FROM documents WHERE id = $1", &[&id])
+            .await
+            .unwrap();
+        title = row.and_then(|row| row.get::<_, Option<String>>(0));
+        if title.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(title.as_deref(), Some("From a client of the image"), "the row of {id}");
+
+    let mut fork = handle.with_document(|doc| doc.fork());
+    let mut tx = fork.transaction();
+    tx.put(ROOT, "from_sql", true).unwrap();
+    tx.commit();
+    let change = fork.get_last_local_change().unwrap().raw_bytes().to_vec();
+    let mut changes = handle.changes();
+    db.execute("UPDATE documents SET doc = doc || $1::bytea WHERE id = $2", &[&change, &id])
+        .await
+        .unwrap();
+    let synced = tokio::time::timeout(Duration::from_secs(30), async {
+        while !handle.with_document(|doc| doc.get(ROOT, "from_sql").unwrap().is_some()) {
+            changes.next().await.expect("the client's document goes on");
+        }
+    })
+    .await;
+    assert!(synced.is_ok(), "the SQL write did not reach the client within 30s");
+    repo.stop().await;
 }

@@ -21,8 +21,12 @@ use samod::{DocHandle, DocumentId, Repo};
 use sync_server::client::connect;
 
 /// A change still not at its reader after this long counts as lost, and the run fails
-/// with how many pairs were waiting (the diagnosis the issue asks for).
-const ROUND_TIMEOUT: Duration = Duration::from_secs(30);
+/// with the round it was in. Generous: at 100 pairs a round takes seconds on a busy
+/// machine (samod's hub is busy: see docs/sync-server.md).
+const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one step of setting up a pair (connect, create, the server's ack, the reader's
+/// find) may take: later pairs wait behind samod's cost of the connections before them.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How many documents the first sync asks for at once.
 const FIND_CONCURRENCY: usize = 50;
 /// How many writer/reader pairs connect at once.
@@ -74,7 +78,9 @@ async fn seed(url: &str, documents: usize, ids: &str) -> Result<()> {
     for handle in &made {
         tokio::time::timeout(ROUND_TIMEOUT, handle.they_have_our_changes(connection))
             .await
-            .context("the server did not take a seeded document within 30s")?;
+            .with_context(|| {
+                format!("the server did not take a seeded document within {ROUND_TIMEOUT:?}")
+            })?;
     }
     let list: Vec<String> = made.iter().map(|h| h.document_id().to_string()).collect();
     std::fs::write(ids, list.join("\n"))?;
@@ -118,12 +124,17 @@ async fn first_sync(url: &str, ids: &str) -> Result<()> {
 async fn pair(url: &str, n: usize) -> Result<((Repo, DocHandle), (Repo, DocHandle))> {
     let (writer, connection) = connect(url).await?;
     let handle = writer.create(document(n).document().clone()).await?;
-    tokio::time::timeout(ROUND_TIMEOUT, handle.they_have_our_changes(connection))
+    tokio::time::timeout(SETUP_TIMEOUT, handle.they_have_our_changes(connection))
         .await
-        .context("the server did not take a pair's document within 30s")?;
+        .with_context(|| {
+            format!("the server did not take pair {n}'s document within {SETUP_TIMEOUT:?}")
+        })?;
     let (reader, _) = connect(url).await?;
-    let found = tokio::time::timeout(ROUND_TIMEOUT, reader.find(handle.document_id().clone()))
-        .await??
+    let found = tokio::time::timeout(SETUP_TIMEOUT, reader.find(handle.document_id().clone()))
+        .await
+        .with_context(|| {
+            format!("pair {n}'s reader did not find its document within {SETUP_TIMEOUT:?}")
+        })??
         .context("a reader did not find its pair's document")?;
     Ok(((writer, handle), (reader, found)))
 }

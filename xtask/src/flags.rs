@@ -142,9 +142,14 @@ pub struct BenchFlags {
     pub filter: Option<String>,
     /// Instead of the criterion benches, the sync server on Postgres against samod's
     /// file-system storage: first sync of stored documents and change round trips at 1, 10
-    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (a few minutes).
+    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (about four
+    /// minutes a repeat).
     #[arg(long)]
     pub sync: bool,
+    /// With --sync: how many times each storage is measured, the two alternating; the
+    /// report gives medians over them. 5 by default, 1 with --quick.
+    #[arg(long, requires = "sync")]
+    pub repeats: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -183,8 +188,8 @@ pub struct ImageFlags {
     /// a Debian-layout PostgreSQL 17 image such as the official `postgres:17`.
     #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
-    /// Package the extension in the debug profile (what `cargo xtask test` uses) instead of
-    /// release.
+    /// Package the extension (or, with --sync-server, the server) in the debug profile (what
+    /// `cargo xtask test` uses) instead of release.
     #[arg(long)]
     pub debug: bool,
     /// Build the sync server's image (docker/sync-server.Dockerfile) instead of the

@@ -32,7 +32,7 @@ impl ImageFlags {
             bail!("{reason}");
         }
         if self.sync_server {
-            let tag = build_sync_server(sh, &self.base)?;
+            let tag = build_sync_server(sh, &self.base, self.debug)?;
             println!(
                 "built {tag}; run it with: docker run -d -p 3030:3030 -e DATABASE_URL=… {tag}"
             );
@@ -54,11 +54,7 @@ pub fn tag(debug: bool) -> String {
 /// Builds the image on `base` with the extension in the debug or release profile; returns
 /// its tag.
 pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
-    let base = if base == DEBOOTSTRAP_BASE {
-        step("Debian base image", || debian_base(sh))?
-    } else {
-        base.to_string()
-    };
+    let base = base_image(sh, base)?;
     let profile = if debug { "debug" } else { "release" };
     let context = step(&format!("package the extension and the entrypoint ({profile})"), || {
         build_context(sh, debug)
@@ -77,35 +73,44 @@ pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
     Ok(tag)
 }
 
-/// The sync server's image tag.
-pub const SYNC_SERVER_TAG: &str = "pg_automerge-sync-server:latest";
-
-/// Builds the sync server's image (docker/sync-server.Dockerfile) with its release binary
-/// on `base` (the debootstrap Debian base by default); returns its tag.
-pub fn build_sync_server(sh: &Shell, base: &str) -> Result<String> {
-    let base = if base == DEBOOTSTRAP_BASE {
-        step("Debian base image", || debian_base(sh))?
+/// `base` as given, or the Debian base made with debootstrap when it names that.
+fn base_image(sh: &Shell, base: &str) -> Result<String> {
+    if base == DEBOOTSTRAP_BASE {
+        step("Debian base image", || debian_base(sh))
     } else {
-        base.to_string()
-    };
-    step("build the sync server (release)", || sync::build_server(true))?;
-    let context = project_root().join("target/docker/context-sync-server");
+        Ok(base.to_string())
+    }
+}
+
+/// The sync server's image tag for a build profile.
+fn sync_server_tag(debug: bool) -> String {
+    format!("pg_automerge-sync-server:{}", if debug { "debug" } else { "latest" })
+}
+
+/// Builds the sync server's image (docker/sync-server.Dockerfile) with its debug or release
+/// binary on `base` (the debootstrap Debian base by default); returns its tag.
+pub fn build_sync_server(sh: &Shell, base: &str, debug: bool) -> Result<String> {
+    let base = base_image(sh, base)?;
+    let profile = if debug { "debug" } else { "release" };
+    step(&format!("build the sync server ({profile})"), || sync::build_server(!debug))?;
+    let context = project_root().join(format!("target/docker/context-sync-server-{profile}"));
     if context.exists() {
         fs::remove_dir_all(&context)?;
     }
     fs::create_dir_all(&context)?;
     let binary = "pg_automerge_sync_server";
-    fs::copy(project_root().join("target/release").join(binary), context.join(binary))?;
-    step(&format!("docker build {SYNC_SERVER_TAG} on {base}"), || {
+    fs::copy(cargo_target_dir().join(profile).join(binary), context.join(binary))?;
+    let tag = sync_server_tag(debug);
+    step(&format!("docker build {tag} on {base}"), || {
         let dockerfile = project_root().join("docker/sync-server.Dockerfile");
         let base_arg = format!("BASE={base}");
-        cmd!(sh, "docker build --quiet -f {dockerfile} --build-arg {base_arg} -t {SYNC_SERVER_TAG} {context}")
+        cmd!(sh, "docker build --quiet -f {dockerfile} --build-arg {base_arg} -t {tag} {context}")
             .quiet()
             .ignore_stdout()
             .run()?;
         Ok(())
     })?;
-    Ok(SYNC_SERVER_TAG.into())
+    Ok(tag)
 }
 
 /// Makes sure a Docker engine answers. As root, installs Debian's docker.io when `dockerd`

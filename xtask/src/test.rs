@@ -212,7 +212,7 @@ impl TestFlags {
         }
         if runs(TestStep::Docker) {
             let docker =
-                step("Docker: the image, container tests and a short soak", || docker_checks(sh))?;
+                step("Docker: the images, container tests and a short soak", || docker_checks(sh))?;
             summary.push(match docker {
                 Skippable::Ran(counts) => {
                     total += counts;
@@ -408,8 +408,9 @@ fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
     counts
 }
 
-/// Builds the image with a debug build of the extension (no release build in the tests)
-/// and runs the soak crate's tests against it: the container tests and a 2.5-minute soak.
+/// Builds the images with debug builds of the extension and the sync server (no release
+/// build in the tests) and runs the soak crate's tests against them: the container tests
+/// (the sync server's image against the extension's among them) and a 2.5-minute soak.
 /// Skipped where no Docker engine can run.
 fn docker_checks(sh: &Shell) -> Result<Skippable<Counts>> {
     if let Skippable::Skipped(reason) = image::ensure_docker(sh)? {
@@ -417,12 +418,14 @@ fn docker_checks(sh: &Shell) -> Result<Skippable<Counts>> {
         return Ok(Skippable::Skipped(reason));
     }
     let tag = image::build(sh, DEBOOTSTRAP_BASE, true)?;
+    let sync_server_tag = image::build_sync_server(sh, DEBOOTSTRAP_BASE, true)?;
     let run = run_label("container-tests");
     remove_leftover_containers(sh, &run)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
         .env("PG_AUTOMERGE_IMAGE", &tag)
+        .env("PG_AUTOMERGE_SYNC_SERVER_IMAGE", &sync_server_tag)
         .env("PG_AUTOMERGE_RUN", &run)
         .current_dir(project_root());
     let counts = counted(tests);

@@ -38,7 +38,8 @@ impl BenchFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
         SetupFlags { pg: self.pg.into() }.run(sh)?;
         if self.sync {
-            return sync_server::run(sh, self.pg, self.quick);
+            let repeats = self.repeats.unwrap_or(if self.quick { 1 } else { 5 });
+            return sync_server::run(sh, self.pg, self.quick, repeats);
         }
         let scale = if self.quick { BenchScale::Small } else { self.scale };
         measure_and_report(sh, self.pg, scale, self.jobs, self.filter.as_deref())?;

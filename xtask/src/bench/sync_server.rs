@@ -3,8 +3,9 @@
 //! first sync of N stored documents (a fresh client finds them all from a server that
 //! just started), and the round trip of a change from a writer client through the server
 //! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once.
-//! Medians over repeats (each on fresh storage); the report goes to
-//! `results/sync-bench-<date>-<commit>/README.md` (`target/bench-quick-sync/` for --quick).
+//! Medians over repeats, the two storages alternating, each repeat on fresh storage; the
+//! report goes to `results/sync-bench-<date>-<commit>/README.md`
+//! (`target/bench-quick-sync/` for --quick).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -27,19 +28,18 @@ use crate::util::{note, step};
 /// How much a run measures: the full run, or --quick's smoke check.
 struct Sizes {
     documents: usize,
-    repeats: usize,
     /// Writer/reader pairs, and the rounds each makes.
     latency: &'static [(usize, usize)],
 }
 
-const FULL: Sizes = Sizes { documents: 200, repeats: 1, latency: &[(1, 20), (10, 5), (100, 3)] };
-const QUICK: Sizes = Sizes { documents: 30, repeats: 1, latency: &[(1, 3), (10, 2)] };
+const FULL: Sizes = Sizes { documents: 200, latency: &[(1, 20), (10, 10), (100, 5)] };
+const QUICK: Sizes = Sizes { documents: 30, latency: &[(1, 3), (10, 2)] };
 
 /// How many documents the client's first sync asks for at once (sync_bench.rs).
 const FIND_CONCURRENCY: usize = 50;
 
 /// A phase of the client may take this long before the run fails with its output.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+const PHASE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -57,16 +57,21 @@ impl Backend {
 }
 
 /// What one backend measured over the repeats.
-#[derive(Default)]
 struct Measured {
     documents_per_second: Vec<f64>,
-    /// Per pair count, every change's round trip in milliseconds.
-    latency_ms: Vec<(usize, Vec<f64>)>,
-    /// Per pair count, why a run did not finish, when one did not.
-    latency_failures: Vec<Option<String>>,
+    /// Per pair count (in the order of `Sizes::latency`): every change's round trip in
+    /// milliseconds, the median of each repeat that finished, and why the others did not.
+    latency: Vec<LatencyRuns>,
 }
 
-pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
+#[derive(Default)]
+struct LatencyRuns {
+    samples_ms: Vec<f64>,
+    repeat_medians_ms: Vec<f64>,
+    failures: Vec<String>,
+}
+
+pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()> {
     let sizes = if quick { QUICK } else { FULL };
     step(&format!("{major}: install the extension (release)"), || {
         PgInstall::shared(major).install_extension(sh, true)
@@ -76,9 +81,9 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
         cargo(&["build", "--release", "-p", "sync_server", "--example", "sync_bench"])
     })?;
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
-    let server_version = cluster.psql_session(DATABASE, "SHOW server_version", &["-t", "-A"])?.text;
+    let server_version = cluster.psql_session(DATABASE, "SHOW server_version;", &["-t", "-A"])?;
     let command = format!(
-        "cargo xtask bench --sync --pg {}{}",
+        "cargo xtask bench --sync --pg {}{} --repeats {repeats}",
         major.number(),
         if quick { " --quick" } else { "" }
     );
@@ -86,26 +91,38 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool) -> Result<()> {
         sh,
         &command,
         &[
-            ("PostgreSQL", server_version.trim().to_string()),
+            ("PostgreSQL", server_version.text.trim().to_string()),
             ("samod", crate::provenance::locked_version(sh, "samod")?),
         ],
     )?;
     let work = clusters_dir(sh)?.join("bench-sync");
-    let measured = [Backend::Postgres, Backend::Filesystem].map(|backend| {
-        step(&format!("measure on {}", backend.name()), || {
-            measure(sh, backend, &cluster, &work, &sizes)
-        })
+    let mut measured = [Backend::Postgres, Backend::Filesystem].map(|_| Measured {
+        documents_per_second: Vec::new(),
+        latency: sizes.latency.iter().map(|_| LatencyRuns::default()).collect(),
     });
+    for repeat in 0..repeats {
+        // Alternating which storage goes first, so that neither always runs on a machine
+        // that the other has just warmed (or loaded).
+        let order = if repeat % 2 == 0 {
+            [Backend::Postgres, Backend::Filesystem]
+        } else {
+            [Backend::Filesystem, Backend::Postgres]
+        };
+        for backend in order {
+            step(&format!("repeat {} of {repeats}: {}", repeat + 1, backend.name()), || {
+                measure(sh, backend, &cluster, &work, &sizes, &mut measured[backend as usize])
+            })?;
+        }
+    }
     cluster.stop()?;
-    let [postgres, filesystem] = measured;
-    let (postgres, filesystem) = (postgres?, filesystem?);
     let dir = if quick {
         project_root().join("target/bench-quick-sync")
     } else {
         project_root().join(format!("results/sync-bench-{}-{}", provenance.date, provenance.commit))
     };
     std::fs::create_dir_all(&dir)?;
-    let report = report(&command, &provenance, &sizes, &postgres, &filesystem);
+    let [postgres, filesystem] = &measured;
+    let report = report(&command, &provenance, &sizes, repeats, postgres, filesystem);
     std::fs::write(dir.join("README.md"), &report)?;
     println!("{report}");
     note(format!("report in {}", dir.display()));
@@ -119,7 +136,7 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Every repeat on fresh storage: seed, restart (so the first sync reads storage), first
+/// One repeat on fresh storage: seed, restart (so the first sync reads storage), first
 /// sync, then each latency run on a server started for it.
 fn measure(
     sh: &Shell,
@@ -127,53 +144,47 @@ fn measure(
     cluster: &Cluster,
     work: &Path,
     sizes: &Sizes,
-) -> Result<Measured> {
-    let mut measured = Measured {
-        latency_ms: sizes.latency.iter().map(|&(pairs, _)| (pairs, Vec::new())).collect(),
-        latency_failures: vec![None; sizes.latency.len()],
-        ..Measured::default()
-    };
+    measured: &mut Measured,
+) -> Result<()> {
     let ids = work.join("ids.txt");
     let files = work.join("filesystem-storage");
-    for repeat in 0..sizes.repeats {
-        if files.exists() {
-            std::fs::remove_dir_all(&files)?;
-        }
-        std::fs::create_dir_all(work)?;
-        cluster
-            .psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
-        let storage = match backend {
-            Backend::Postgres => ServerStorage::Postgres(cluster, DATABASE),
-            Backend::Filesystem => ServerStorage::Filesystem(&files),
-        };
-        let start = || SyncServer::start(sh, storage_again(&storage), "bench", true);
-        let server = start()?;
-        let documents = sizes.documents.to_string();
-        let ids_arg = ids.display().to_string();
-        client(&["seed", "--url", &server.url, "--documents", &documents, "--ids", &ids_arg])?;
-        server.stop()?;
-        let server = start()?;
-        let first = client(&["first-sync", "--url", &server.url, "--ids", &ids_arg])?;
-        measured.documents_per_second.push(sizes.documents as f64 / number(&first, "seconds")?);
-        server.stop()?;
-        for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
-            // A server that just started: samod's cost of a new connection grows with the
-            // documents it holds open (each document actor learns of each connection), and
-            // the first sync left hundreds open; measured so, 100 pairs took minutes to
-            // connect.
-            let server = start()?;
-            let (pairs, rounds) = (pairs.to_string(), rounds.to_string());
-            // A run that does not finish is reported as such, with its reason.
-            match client(&["latency", "--url", &server.url, "--pairs", &pairs, "--rounds", &rounds])
-            {
-                Ok(line) => measured.latency_ms[at].1.extend(samples(&line)?),
-                Err(error) => measured.latency_failures[at] = Some(error.to_string()),
-            }
-            server.stop()?;
-        }
-        note(format!("{}: repeat {} of {} done", backend.name(), repeat + 1, sizes.repeats));
+    if files.exists() {
+        std::fs::remove_dir_all(&files)?;
     }
-    Ok(measured)
+    std::fs::create_dir_all(work)?;
+    cluster.psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
+    let storage = match backend {
+        Backend::Postgres => ServerStorage::Postgres(cluster, DATABASE),
+        Backend::Filesystem => ServerStorage::Filesystem(&files),
+    };
+    let start = || SyncServer::start(sh, storage_again(&storage), "bench", true);
+    let server = start()?;
+    let documents = sizes.documents.to_string();
+    let ids_arg = ids.display().to_string();
+    client(&["seed", "--url", &server.url, "--documents", &documents, "--ids", &ids_arg])?;
+    server.stop()?;
+    let server = start()?;
+    let first = client(&["first-sync", "--url", &server.url, "--ids", &ids_arg])?;
+    measured.documents_per_second.push(sizes.documents as f64 / number(&first, "seconds")?);
+    server.stop()?;
+    for (runs, &(pairs, rounds)) in measured.latency.iter_mut().zip(sizes.latency) {
+        // A server that just started: samod's cost of each event grows with connections
+        // times open documents (see docs/sync-server.md), and the first sync left hundreds
+        // open.
+        let server = start()?;
+        let (pairs, rounds) = (pairs.to_string(), rounds.to_string());
+        // A run that does not finish is reported as such, with its reason.
+        match client(&["latency", "--url", &server.url, "--pairs", &pairs, "--rounds", &rounds]) {
+            Ok(line) => {
+                let samples = samples(&line)?;
+                runs.repeat_medians_ms.push(median(&samples));
+                runs.samples_ms.extend(samples);
+            }
+            Err(error) => runs.failures.push(error.to_string()),
+        }
+        server.stop()?;
+    }
+    Ok(())
 }
 
 /// `ServerStorage` borrows; a copy of it for each start.
@@ -226,6 +237,11 @@ fn median(values: &[f64]) -> f64 {
     percentile(values, 0.5)
 }
 
+/// The lowest and highest value (NaN for none).
+fn range(values: &[f64]) -> (f64, f64) {
+    (percentile(values, 0.0), percentile(values, 1.0))
+}
+
 fn percentile(values: &[f64], at: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -239,6 +255,7 @@ fn report(
     command: &str,
     provenance: &Provenance,
     sizes: &Sizes,
+    repeats: usize,
     postgres: &Measured,
     filesystem: &Measured,
 ) -> String {
@@ -249,17 +266,17 @@ fn report(
     let _ = writeln!(
         text,
         "The same server binary (release) on loopback, once on Postgres through pg_automerge \
-         and once on samod's `TokioFilesystemStorage`, measured in this run; {} repeat(s), \
-         each on fresh storage. Clients are samod repos in one process \
-         (`sync_server/examples/sync_bench.rs`).\n",
-        sizes.repeats
+         and once on samod's `TokioFilesystemStorage`, measured in this run: {repeats} \
+         repeat(s) of each, the two storages alternating (which goes first alternates too), \
+         each repeat on fresh storage. Clients are samod repos in one process, each with its \
+         own WebSocket connection (`sync_server/examples/sync_bench.rs`).\n"
     );
     let _ = writeln!(text, "## First sync\n");
     let _ = writeln!(
         text,
         "{} stored documents (a title, a 336-character text, a list of tags), seeded through \
          the server, which is then restarted; a fresh client finds them all, {} at a time. \
-         Median of the repeats.\n",
+         Median, lowest and highest over the repeats.\n",
         sizes.documents, FIND_CONCURRENCY
     );
     let mut first = Table::new([
@@ -272,11 +289,12 @@ fn report(
     let base = median(&filesystem.documents_per_second);
     for (backend, measured) in [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)] {
         let values = &measured.documents_per_second;
+        let (min, max) = range(values);
         first.row([
             backend.name().to_string(),
             format!("{:.0}", median(values)),
-            format!("{:.0}", values.iter().cloned().fold(f64::INFINITY, f64::min)),
-            format!("{:.0}", values.iter().cloned().fold(0.0, f64::max)),
+            format!("{min:.0}"),
+            format!("{max:.0}"),
             format!("{:.2}x", median(values) / base),
         ]);
     }
@@ -284,48 +302,63 @@ fn report(
     let _ = writeln!(text, "## Change round trip\n");
     let _ = writeln!(
         text,
-        "Writer/reader pairs, each on its own document; each round every writer changes its \
-         document at once, and each change is timed from the writer's commit until its reader \
-         has it (client → server → storage → client). Median and 90th percentile over every \
-         change of every repeat.\n"
+        "Writer/reader pairs, each a repo of its own with its own connection, each pair on its \
+         own document; each round every writer changes its document at once, and each change \
+         is timed from the writer's commit until its reader has it (client → server → storage \
+         → client). The median and 90th percentile are over every change of every repeat; \
+         \"repeats\" gives the lowest and highest of the repeats' own medians. The ratio is \
+         Postgres's median over the file system's.\n"
     );
     let mut latency = Table::new([
         ("pairs", Align::Right),
         ("rounds", Align::Right),
         ("Postgres median ms", Align::Right),
+        ("repeats", Align::Right),
         ("p90", Align::Right),
         ("file system median ms", Align::Right),
+        ("repeats", Align::Right),
         ("p90", Align::Right),
         ("ratio (medians)", Align::Right),
     ]);
     let mut failures = Vec::new();
     for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
-        for (backend, measured) in
-            [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)]
-        {
-            if let Some(reason) = &measured.latency_failures[at] {
+        let (pg, fs) = (&postgres.latency[at], &filesystem.latency[at]);
+        for (backend, runs) in [(Backend::Postgres, pg), (Backend::Filesystem, fs)] {
+            for reason in &runs.failures {
                 failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
             }
         }
-        let (pg, fs) = (&postgres.latency_ms[at].1, &filesystem.latency_ms[at].1);
+        let repeat_range = |runs: &LatencyRuns| {
+            let (min, max) = range(&runs.repeat_medians_ms);
+            format!("{min:.1}–{max:.1}")
+        };
         latency.row([
             pairs.to_string(),
             rounds.to_string(),
-            format!("{:.1}", median(pg)),
-            format!("{:.1}", percentile(pg, 0.9)),
-            format!("{:.1}", median(fs)),
-            format!("{:.1}", percentile(fs, 0.9)),
-            format!("{:.2}x", median(pg) / median(fs)),
+            format!("{:.1}", median(&pg.samples_ms)),
+            repeat_range(pg),
+            format!("{:.1}", percentile(&pg.samples_ms, 0.9)),
+            format!("{:.1}", median(&fs.samples_ms)),
+            repeat_range(fs),
+            format!("{:.1}", percentile(&fs.samples_ms, 0.9)),
+            format!("{:.2}x", median(&pg.samples_ms) / median(&fs.samples_ms)),
         ]);
     }
     let _ = writeln!(text, "{latency}");
     if !failures.is_empty() {
         let _ = writeln!(
             text,
-            "Runs that did not finish (their rows show what was measured before, NaN when \
-             nothing was):\n\n{}\n",
+            "Runs that did not finish (left out of the figures above; NaN where no repeat \
+             finished):\n\n{}\n",
             failures.join("\n")
         );
     }
+    let _ = writeln!(
+        text,
+        "How round trips grow with the pairs is samod's doing more than the storage's: samod \
+         0.16's hub checks every connection against every open document on each event it \
+         handles, so a round costs in proportion to connections × documents × events, on \
+         either storage (see [docs/sync-server.md](../../docs/sync-server.md#scaling-limits)).\n"
+    );
     text
 }
