@@ -104,6 +104,18 @@ pub fn run_logged(steps: &[(&str, Vec<&str>)], dir: &Path, log: &Path) -> Result
     Ok(())
 }
 
+/// The middle value, or the mean of the two middle ones; NaN for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => f64::NAN,
+        len if len % 2 == 1 => sorted[middle],
+        _ => (sorted[middle - 1] + sorted[middle]) / 2.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

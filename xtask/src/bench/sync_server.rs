@@ -23,7 +23,7 @@ use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::sync::{build_server, ServerStorage, SyncServer};
-use crate::util::{note, step};
+use crate::util::{median, note, step};
 
 /// How much a run measures: the full run, or --quick's smoke check.
 struct Sizes {
@@ -231,10 +231,6 @@ fn samples(line: &str) -> Result<Vec<f64>> {
     let json: serde_json::Value = serde_json::from_str(line)?;
     let samples = json["samples_ms"].as_array().with_context(|| format!("no samples in {line}"))?;
     Ok(samples.iter().filter_map(serde_json::Value::as_f64).collect())
-}
-
-fn median(values: &[f64]) -> f64 {
-    percentile(values, 0.5)
 }
 
 /// The lowest and highest value (NaN for none).

@@ -10,6 +10,7 @@ use report_table::{Align, Table};
 use super::mix::{Run, DOCUMENTS};
 use crate::flags::CitusBenchFlags;
 use crate::provenance::Provenance;
+use crate::util::median;
 
 /// The setups, and the servers whose CPU time is counted (the single node's under its
 /// setup's name).
@@ -21,18 +22,6 @@ pub const WORKERS: &str = "workers";
 /// The numbers of workers the report projects the mix's throughput to.
 const PROJECTED_WORKERS: [u32; 4] = [2, 4, 8, 16];
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.is_empty() {
-        f64::NAN
-    } else if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
-    }
-}
-
 /// The runs of each setup, and the medians over them.
 struct Runs<'a> {
     runs: &'a BTreeMap<&'a str, Vec<Run>>,
@@ -41,7 +30,7 @@ struct Runs<'a> {
 
 impl Runs<'_> {
     fn median(&self, setup: &str, of: impl Fn(&Run) -> f64) -> f64 {
-        median(self.runs[setup].iter().map(of).collect())
+        median(&self.runs[setup].iter().map(of).collect::<Vec<_>>())
     }
 
     fn per_second(&self, setup: &str) -> f64 {
@@ -52,7 +41,7 @@ impl Runs<'_> {
     fn latency(&self, setup: &str, query: Query) -> f64 {
         self.median(setup, |run| {
             let latencies = run.latencies.get(&query).map_or(&[][..], Vec::as_slice);
-            median(latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect())
+            median(&latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect::<Vec<_>>())
         })
     }
 
