@@ -23,6 +23,12 @@ pub enum Error {
     #[error("the documents cannot be merged: {0}")]
     CannotMerge(String),
 
+    /// Two clients that share an actor id, or one that lost its state and started over.
+    #[error(
+        "the changes reuse sequence number {seq} of actor {actor}, which the document already holds as another change"
+    )]
+    ReusedSeq { actor: String, seq: u64 },
+
     #[error("{0}")]
     InvalidParameter(String),
 
@@ -113,7 +119,8 @@ impl Error {
             | Error::CannotMerge(_)
             | Error::MissingDependencies(_)
             | Error::MissingDependenciesOnApply(_)
-            | Error::BreaksLoadRule(_) => ErrorKind::InvalidBinary,
+            | Error::BreaksLoadRule(_)
+            | Error::ReusedSeq { .. } => ErrorKind::InvalidBinary,
             Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
                 ErrorKind::InvalidParameter
             }
@@ -148,7 +155,7 @@ impl Error {
             Error::NotAutomerge(_) => Some(
                 "Pass the bytes of Automerge save(), saveIncremental() or of encoded changes.",
             ),
-            Error::CannotMerge(_) => {
+            Error::CannotMerge(_) | Error::ReusedSeq { .. } => {
                 Some("Each client must use an actor id of its own; two histories that reuse one cannot be merged.")
             }
             Error::BreaksLoadRule(_) => Some(

@@ -101,8 +101,19 @@ pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Erro
 fn merge_unchecked(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
     no_panic(|| doc.merge(other))
         .map_err(Error::CannotMerge)?
-        .map_err(|err| Error::CannotMerge(err.to_string()))?;
+        .map_err(|err| refused(err, Error::CannotMerge))?;
     Ok(())
+}
+
+/// What the automerge crate's refusal means for the user: a reused sequence number is an
+/// actor id shared by two clients, whatever the bytes looked like.
+fn refused(err: AutomergeError, otherwise: fn(String) -> Error) -> Error {
+    match err {
+        AutomergeError::DuplicateSeqNumber(seq, actor) => {
+            Error::ReusedSeq { actor: actor.to_hex_string(), seq }
+        }
+        err => otherwise(err.to_string()),
+    }
 }
 
 /// Applies Automerge bytes (one change, several, an incremental save or a full save) to a
@@ -364,7 +375,7 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
         Ok(_) | Err(AutomergeError::MissingDeps) => {
             no_panic(|| doc.load_incremental(changes))
                 .map_err(Error::NotAutomerge)?
-                .map_err(|err| Error::NotAutomerge(err.to_string()))?;
+                .map_err(|err| refused(err, Error::NotAutomerge))?;
         }
         Err(err) => return Err(Error::NotAutomerge(err.to_string())),
     }
@@ -459,6 +470,25 @@ mod tests {
             apply(&stored, &truncated, WriteSettings::UNLIMITED),
             Err(Error::NotAutomerge(_))
         ));
+    }
+
+    #[test]
+    fn a_change_that_reuses_an_actors_sequence_number_says_so() {
+        let stored =
+            stored_from_client_bytes(&doc(1, "a").save(), WriteSettings::UNLIMITED).unwrap();
+        // The same actor's first change, with other content: a client that started over.
+        let mut restarted = doc(1, "b");
+        for bytes in [restarted.save(), restarted.save_after(&[])] {
+            let refused = apply(&stored, &bytes, WriteSettings::UNLIMITED).unwrap_err();
+            assert!(matches!(refused, Error::ReusedSeq { seq: 1, .. }), "{refused}");
+            assert!(refused.to_string().contains(&"01".repeat(16)), "{refused}");
+        }
+        let merged = merge(
+            &stored,
+            &stored_from_client_bytes(&restarted.save(), WriteSettings::UNLIMITED).unwrap(),
+            WriteSettings::UNLIMITED,
+        );
+        assert!(matches!(merged, Err(Error::ReusedSeq { seq: 1, .. })), "{merged:?}");
     }
 
     /// A client document with a title and a text, and its stored form.
