@@ -16,11 +16,13 @@ use automerge::{ActorId, AutoCommit, ReadDoc, ROOT};
 use tokio_postgres::NoTls;
 use xshell::Shell;
 
-use crate::cluster::{sigkill, Cluster};
+use crate::cluster::Cluster;
 use crate::install;
 use crate::postgres::PgMajor;
-use crate::util::{note, Counts};
-use crate::versions;
+use crate::util::{note, Checks, Counts};
+use cluster_tests::line_differences;
+use cluster_tests::server::sigkill;
+use cluster_tests::versions;
 
 /// The database the scenarios write in, on the primary.
 const DATABASE: &str = "reliability";
@@ -111,28 +113,6 @@ fn scenarios(primary: &Cluster, standby: &Cluster, subscriber: &Cluster) -> Resu
         );
     }
     Ok(Outcome { counts: checks.counts, crashes_survived, upgrades })
-}
-
-/// Named checks, each printed as it passes or fails, and counted.
-#[derive(Default)]
-pub struct Checks {
-    pub counts: Counts,
-}
-
-impl Checks {
-    pub fn run(&mut self, name: &str, check: impl FnOnce() -> Result<()>) {
-        let started = Instant::now();
-        match check() {
-            Ok(()) => {
-                self.counts.passed += 1;
-                note(format!("ok ({:.1}s): {name}", started.elapsed().as_secs_f64()));
-            }
-            Err(err) => {
-                self.counts.failed += 1;
-                note(format!("FAILED: {name}: {err:#}"));
-            }
-        }
-    }
 }
 
 /// The sample documents, in a table with a generated jsonb column and GIN indexes, which
@@ -233,7 +213,7 @@ async fn writes_survive(primary: &Cluster, crash: Crash) -> Result<()> {
                 primary.kill_postmaster()?;
                 primary.start_after_crash()
             })
-            .with_context(|| format!("killing and restarting {}", primary.data_dir().display()))?;
+            .with_context(|| format!("killing and restarting {}", primary.data_dir.display()))?;
         }
     }
     wait_for(before_crash + WRITERS * WRITES_AROUND_CRASH).await?;
@@ -701,13 +681,4 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> Result<bool>) -> Result
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
-}
-
-/// The lines only one side has, marked - and +, for failure messages.
-pub fn line_differences(left: &str, right: &str) -> String {
-    let (l, r): (BTreeSet<&str>, BTreeSet<&str>) =
-        (left.lines().collect(), right.lines().collect());
-    let mut out: Vec<String> = l.difference(&r).map(|line| format!("- {line}")).collect();
-    out.extend(r.difference(&l).map(|line| format!("+ {line}")));
-    out.join("\n")
 }

@@ -135,7 +135,7 @@ fn core_crate_stays_free_of_postgres() {
 fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_version() {
     use sha2::{Digest, Sha256};
 
-    use crate::versions::{self, numeric, RELEASES};
+    use cluster_tests::versions::{self, numeric, RELEASES};
     let current = versions::current().unwrap();
     let released = versions::released();
     let upgrades = versions::upgrades().unwrap();
