@@ -77,23 +77,40 @@ impl Checks {
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test
 /// (a build error, say).
-pub fn counted(mut command: Command) -> Result<Counts> {
+pub fn counted(command: Command) -> Result<Counts> {
+    Ok(run_tests(command)?.counts)
+}
+
+/// What a `cargo test`-like command reported.
+#[derive(Default)]
+pub struct TestRun {
+    pub counts: Counts,
+    /// The tests that passed, by their libtest names (`module::test`).
+    pub passed: Vec<String>,
+}
+
+/// `counted`, which also reads the names of the tests that passed from libtest's
+/// `test <name> ... ok` lines (whole lines only while the tests print to stderr, if at all).
+pub fn run_tests(mut command: Command) -> Result<TestRun> {
     command.stdout(Stdio::piped());
     let mut child = command.spawn().context("starting cargo")?;
     let stdout = child.stdout.take().expect("stdout is piped");
-    let mut counts = Counts::default();
+    let mut run = TestRun::default();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         println!("{line}");
         if let Some(result) = parse_test_result(&line) {
-            counts += result;
+            run.counts += result;
+        }
+        if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... ok")) {
+            run.passed.push(name.to_string());
         }
     }
     let status = child.wait()?;
-    if !status.success() && counts.failed == 0 {
+    if !status.success() && run.counts.failed == 0 {
         bail!("{command:?} failed ({status}) before any test failed");
     }
-    Ok(counts)
+    Ok(run)
 }
 
 /// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.

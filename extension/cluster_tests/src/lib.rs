@@ -20,6 +20,10 @@ pub const PSQL_ENV: &str = "PG_AUTOMERGE_PSQL";
 pub const CONNECTION_ENV: &str = "PG_AUTOMERGE_CONNECTION";
 /// The cluster's server log, for tests that check what the postmaster recorded.
 pub const SERVER_LOG_ENV: &str = "PG_AUTOMERGE_SERVER_LOG";
+/// The roles the reliability tests' servers are handed over as (`server::Server::env`).
+pub const RELIABILITY_PRIMARY: &str = "PRIMARY";
+pub const RELIABILITY_STANDBY: &str = "STANDBY";
+pub const RELIABILITY_SUBSCRIBER: &str = "SUBSCRIBER";
 
 /// The value of a variable `cargo xtask test` sets for these tests.
 fn env(name: &str) -> String {
