@@ -102,7 +102,7 @@ pub fn run_tests(mut command: Command) -> Result<TestRun> {
         if let Some(result) = parse_test_result(&line) {
             run.counts += result;
         }
-        if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... ok")) {
+        if let Some(name) = passed_test(&line) {
             run.passed.push(name.to_string());
         }
     }
@@ -111,6 +111,11 @@ pub fn run_tests(mut command: Command) -> Result<TestRun> {
         bail!("{command:?} failed ({status}) before any test failed");
     }
     Ok(run)
+}
+
+/// `test crashes::backend_killed ... ok` → `crashes::backend_killed`.
+fn passed_test(line: &str) -> Option<&str> {
+    line.strip_prefix("test ")?.strip_suffix(" ... ok")
 }
 
 /// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.
@@ -158,5 +163,15 @@ mod tests {
             Some(Counts { passed: 3, failed: 2 })
         );
         assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn reads_the_names_of_passed_tests() {
+        assert_eq!(
+            passed_test("test crashes::then_every_document_loads ... ok"),
+            Some("crashes::then_every_document_loads")
+        );
+        assert_eq!(passed_test("test upgrades::each_older_release ... FAILED"), None);
+        assert_eq!(passed_test("test result: ok. 8 passed; 0 failed"), None);
     }
 }
