@@ -27,7 +27,6 @@ mod test;
 #[cfg(test)]
 mod tidy;
 mod util;
-mod versions;
 
 use std::path::{Path, PathBuf};
 

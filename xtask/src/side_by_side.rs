@@ -47,7 +47,7 @@ pub fn start(sh: &Shell) -> Result<Before> {
     install.install_extension(sh, false)?;
     let cluster = Cluster::new(sh, MAJOR, PURPOSE)?.with_install(install.clone());
     cluster.wipe()?;
-    let log_offset = fs::metadata(cluster.log_file()).map(|m| m.len()).unwrap_or(0);
+    let log_offset = fs::metadata(&cluster.log_file).map(|m| m.len()).unwrap_or(0);
     let cluster = start_with_samples(cluster, Fresh::Yes)?;
     let postmaster = cluster.postmaster().context("the cluster started but has no postmaster")?;
     let library = fs::canonicalize(install.library()?)?;
@@ -111,7 +111,7 @@ pub fn check(before: Before) -> Result<Counts> {
     check(
         "no_process_was_terminated_by_a_signal",
         (|| {
-            let log = fs::read(cluster.log_file())?;
+            let log = fs::read(&cluster.log_file)?;
             let log = String::from_utf8_lossy(&log[before.log_offset as usize..]);
             let signals: Vec<&str> =
                 log.lines().filter(|l| l.contains("terminated by signal")).collect();

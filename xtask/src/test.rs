@@ -401,7 +401,7 @@ fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
         .args(["--", "--test-threads=1", HOSTILE_PREFIX])
         .env(cluster_tests::PSQL_ENV, cluster.psql_path())
         .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
-        .env(cluster_tests::SERVER_LOG_ENV, cluster.log_file())
+        .env(cluster_tests::SERVER_LOG_ENV, &cluster.log_file)
         .current_dir(project_root());
     let counts = counted(tests);
     cluster.stop()?;

@@ -135,7 +135,7 @@ fn core_crate_stays_free_of_postgres() {
 fn every_release_has_its_frozen_script_and_an_upgrade_path_to_the_current_version() {
     use sha2::{Digest, Sha256};
 
-    use crate::versions::{self, numeric, RELEASES};
+    use cluster_tests::versions::{self, numeric, RELEASES};
     let current = versions::current().unwrap();
     let released = versions::released();
     let upgrades = versions::upgrades().unwrap();
@@ -273,5 +273,36 @@ fn xtask_modules_import_without_a_loop() {
     let mut done = BTreeSet::new();
     for module in imports.keys() {
         visit(module, &imports, &mut Vec::new(), &mut done);
+    }
+}
+
+/// The reliability tests run only on the clusters that xtask provisions: each is
+/// `#[ignore]`d, so that a plain `cargo test` (the snapshots step's) leaves it out, and the
+/// tests whose names xtask's reliability step reads exist.
+#[test]
+fn reliability_tests_are_ignored_and_named_as_xtask_reads_them() {
+    use crate::reliability::{CRASH_TESTS, FROZEN_SCRIPT_TEST, UPGRADE_TEST};
+
+    let dir = "extension/cluster_tests/tests/reliability";
+    for file in files_below(dir, ".rs") {
+        let text = fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (at, line) in lines.iter().enumerate() {
+            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                assert!(
+                    lines.get(at + 1).is_some_and(|next| next.starts_with("#[ignore")),
+                    "{}:{}: a reliability test without #[ignore] after its #[test]",
+                    file.display(),
+                    at + 1
+                );
+            }
+        }
+    }
+    for name in CRASH_TESTS.into_iter().chain([FROZEN_SCRIPT_TEST, UPGRADE_TEST]) {
+        let (module, test) = name.split_once("::").unwrap();
+        assert!(
+            read(format!("{dir}/{module}.rs")).contains(&format!("fn {test}(")),
+            "xtask's reliability step reads `{name}`, which {dir}/{module}.rs does not define"
+        );
     }
 }

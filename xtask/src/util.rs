@@ -52,26 +52,70 @@ impl std::fmt::Display for Counts {
     }
 }
 
+/// Named checks, each printed as it passes or fails, and counted.
+#[derive(Default)]
+pub struct Checks {
+    pub counts: Counts,
+}
+
+impl Checks {
+    pub fn run(&mut self, name: &str, check: impl FnOnce() -> Result<()>) {
+        let started = Instant::now();
+        match check() {
+            Ok(()) => {
+                self.counts.passed += 1;
+                note(format!("ok ({:.1}s): {name}", started.elapsed().as_secs_f64()));
+            }
+            Err(err) => {
+                self.counts.failed += 1;
+                note(format!("FAILED: {name}: {err:#}"));
+            }
+        }
+    }
+}
+
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test
 /// (a build error, say).
-pub fn counted(mut command: Command) -> Result<Counts> {
+pub fn counted(command: Command) -> Result<Counts> {
+    Ok(run_tests(command)?.counts)
+}
+
+/// What a `cargo test`-like command reported.
+#[derive(Default)]
+pub struct TestRun {
+    pub counts: Counts,
+    /// The tests that passed, by their libtest names (`module::test`).
+    pub passed: Vec<String>,
+}
+
+/// `counted`, which also reads the names of the tests that passed from libtest's
+/// `test <name> ... ok` lines (whole lines only while the tests print to stderr, if at all).
+pub fn run_tests(mut command: Command) -> Result<TestRun> {
     command.stdout(Stdio::piped());
     let mut child = command.spawn().context("starting cargo")?;
     let stdout = child.stdout.take().expect("stdout is piped");
-    let mut counts = Counts::default();
+    let mut run = TestRun::default();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         println!("{line}");
         if let Some(result) = parse_test_result(&line) {
-            counts += result;
+            run.counts += result;
+        }
+        if let Some(name) = passed_test(&line) {
+            run.passed.push(name.to_string());
         }
     }
     let status = child.wait()?;
-    if !status.success() && counts.failed == 0 {
+    if !status.success() && run.counts.failed == 0 {
         bail!("{command:?} failed ({status}) before any test failed");
     }
-    Ok(counts)
+    Ok(run)
+}
+
+/// `test crashes::backend_killed ... ok` → `crashes::backend_killed`.
+fn passed_test(line: &str) -> Option<&str> {
+    line.strip_prefix("test ")?.strip_suffix(" ... ok")
 }
 
 /// `test result: ok. 14 passed; 0 failed; 0 ignored; …` → 14 passed, 0 failed.
@@ -131,5 +175,15 @@ mod tests {
             Some(Counts { passed: 3, failed: 2 })
         );
         assert_eq!(parse_test_result("running 3 tests"), None);
+    }
+
+    #[test]
+    fn reads_the_names_of_passed_tests() {
+        assert_eq!(
+            passed_test("test crashes::then_every_document_loads ... ok"),
+            Some("crashes::then_every_document_loads")
+        );
+        assert_eq!(passed_test("test upgrades::each_older_release ... FAILED"), None);
+        assert_eq!(passed_test("test result: ok. 8 passed; 0 failed"), None);
     }
 }

@@ -1,7 +1,9 @@
 //! Helpers for tests that talk to a real cluster, the one `cargo xtask test` starts for
 //! each PostgreSQL major (with the extension and the sample documents loaded). xtask names
-//! it through two environment variables.
+//! it through two environment variables. `server` controls clusters and `versions` knows
+//! the extension's SQL versions, for the reliability tests and for xtask alike.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -9,13 +11,21 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
 
+pub mod server;
+pub mod versions;
+
 /// The psql of the cluster's major.
 pub const PSQL_ENV: &str = "PG_AUTOMERGE_PSQL";
 /// A libpq connection string to the database with the samples.
 pub const CONNECTION_ENV: &str = "PG_AUTOMERGE_CONNECTION";
 /// The cluster's server log, for tests that check what the postmaster recorded.
 pub const SERVER_LOG_ENV: &str = "PG_AUTOMERGE_SERVER_LOG";
+/// The roles the reliability tests' servers are handed over as (`server::Server::env`).
+pub const RELIABILITY_PRIMARY: &str = "PRIMARY";
+pub const RELIABILITY_STANDBY: &str = "STANDBY";
+pub const RELIABILITY_SUBSCRIBER: &str = "SUBSCRIBER";
 
+/// The value of a variable `cargo xtask test` sets for these tests.
 fn env(name: &str) -> String {
     std::env::var(name)
         .unwrap_or_else(|_| panic!("{name} is not set: these tests run through `cargo xtask test`"))
@@ -90,4 +100,13 @@ pub async fn connect_listening() -> (Client, mpsc::UnboundedReceiver<Notificatio
         }
     });
     (client, receiver)
+}
+
+/// The lines only one side has, marked - and +, for failure messages.
+pub fn line_differences(left: &str, right: &str) -> String {
+    let (l, r): (BTreeSet<&str>, BTreeSet<&str>) =
+        (left.lines().collect(), right.lines().collect());
+    let mut out: Vec<String> = l.difference(&r).map(|line| format!("- {line}")).collect();
+    out.extend(r.difference(&l).map(|line| format!("+ {line}")));
+    out.join("\n")
 }

@@ -14,9 +14,9 @@ use crate::doc_examples;
 use crate::install::{self, PgInstall};
 use crate::postgres::PgMajor;
 use crate::project_root;
-use crate::reliability::{line_differences, Checks};
-use crate::util::{note, Counts};
-use crate::versions;
+use crate::util::{note, Checks, Counts};
+use cluster_tests::line_differences;
+use cluster_tests::versions;
 
 mod notifications;
 mod writers;

@@ -104,7 +104,6 @@ pub fn upgrade_path(from: &str, to: &str, upgrades: &[(String, String)]) -> Opti
 }
 
 /// `1.2.3` as numbers, so that versions sort as releases do (`0.10.0` after `0.9.0`).
-#[cfg(test)]
 pub fn numeric(version: &str) -> Vec<u64> {
     version.split(['.', '-']).map(|part| part.parse().unwrap_or(0)).collect()
 }
