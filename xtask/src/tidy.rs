@@ -217,6 +217,28 @@ fn the_tree_is_formatted() {
     );
 }
 
+/// A source file over 600 lines is hard to find one's way in: each that stays longer is
+/// named, with its reason, under "Files over 600 lines" in the architecture page.
+#[test]
+fn every_long_source_file_has_a_reason() {
+    const LONGEST: usize = 600;
+    let architecture = read("docs/architecture.md");
+    let reasons = architecture
+        .split("## Files over 600 lines")
+        .nth(1)
+        .expect("docs/architecture.md has no section \"Files over 600 lines\"");
+    let reasons = reasons.split("\n## ").next().unwrap_or(reasons);
+    for file in files_below("", ".rs") {
+        let lines = read(&file).lines().count();
+        let name = file.strip_prefix(project_root()).unwrap().display().to_string();
+        assert!(
+            lines <= LONGEST || reasons.contains(&format!("`{name}`")),
+            "{name} has {lines} lines: split it, or give the reason it stays in \
+             docs/architecture.md under \"Files over 600 lines\""
+        );
+    }
+}
+
 /// xtask's modules import one another without a loop, and `util` and `flags` are leaves
 /// that every verb can import: a module's imports are the `crate::<module>` paths in its
 /// files (`bench/` counts as one module).
