@@ -345,6 +345,14 @@ pub fn record_memory(group: &str, variant: &str, fixture: &str, memory: Memory) 
     append_line("PG_AUTOMERGE_BENCH_PEAKS", "peaks.csv", &line);
 }
 
+/// Records a time measured outside criterion (the JS client's, timed in Node) in the file
+/// `cargo xtask bench` reads beside criterion's estimates:
+/// `group,variant,fixture,median_ns,spread_ns`.
+pub fn record_time(group: &str, variant: &str, fixture: &str, median_ns: f64, spread_ns: f64) {
+    let line = format!("{group},{variant},{fixture},{median_ns},{spread_ns}");
+    append_line("PG_AUTOMERGE_BENCH_TIMES", "times.csv", &line);
+}
+
 /// Records a measurement that is not a time (a stored size, the WAL of a write) in the
 /// storage file, `fixture,variant,measure,value`; `None` is written as an empty value.
 pub fn record_storage(fixture: &str, variant: &str, measure: &str, value: Option<i64>) {

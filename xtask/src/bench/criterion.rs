@@ -106,6 +106,34 @@ pub(super) fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Reads the times the benches measured outside criterion
+/// (`group,variant,fixture,median_ns,spread_ns`); no file when a filter left them out.
+pub(super) fn read_times(path: &Path) -> Result<Vec<Row>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let [group, variant, fixture, median, spread] = fields[..] else {
+                bail!("bad times line: {line}")
+            };
+            let (level, operation) = group.split_once('/').unwrap_or(("core", group));
+            Ok(Row {
+                level: level.into(),
+                operation: operation.into(),
+                variant: variant.into(),
+                fixture: fixture.into(),
+                median_ns: median.parse()?,
+                spread_ns: spread.parse()?,
+                peak_bytes: None,
+                loads: None,
+            })
+        })
+        .collect()
+}
+
 /// Reads what the benches measured without timing it (`fixture,variant,measure,value`, the
 /// value empty where there is none); no file when a filter left the storage out.
 pub(super) fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
@@ -237,5 +265,22 @@ mod tests {
              map-list-small,naive (always loads),jsonb_bytes,\n"
         );
         assert!(read_storage(Path::new("/nonexistent/storage.csv")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn times_measured_outside_criterion_read_back_as_rows() {
+        let times = TempFile::new(
+            "times.csv",
+            "client/load after 4 appended,@automerge/automerge,js-rich-text-medium,2500000,125000.5\n",
+        );
+        let rows = read_times(&times.0).unwrap();
+        let expected = Row {
+            spread_ns: 125000.5,
+            fixture: "js-rich-text-medium".into(),
+            ..row("client", "load after 4 appended", "@automerge/automerge", 2.5e6)
+        };
+        assert_eq!(rows, [expected]);
+        assert!(read_times(&TempFile::new("bad-times.csv", "client/x,y,z,1\n").0).is_err());
+        assert!(read_times(Path::new("/nonexistent/times.csv")).unwrap().is_empty());
     }
 }

@@ -9,7 +9,7 @@
 use ::fixtures::generated::{Kind, Scale, Spec};
 
 use super::format::{bytes, duration};
-use super::{find, Row, StorageMeasure, JSONB, NAIVE, OURS};
+use super::{find, Row, StorageMeasure, JSONB, JS_CLIENT, NAIVE, OURS};
 
 /// A performance goal, and what this run measured of it.
 pub(super) struct Goal {
@@ -68,6 +68,11 @@ const CLIENT_WRITES: [&str; 7] = [
     "client write: list delete",
 ];
 const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
+/// What a read returns after this many appended changes (the default `append_limit`, the
+/// most a value holds before a write folds them into a new save)…
+const MOST_APPENDED: u32 = pg_automerge_core::document::DEFAULT_APPEND_LIMIT;
+/// …loads in the JS client within this many times the save alone.
+const CLIENT_LOAD_RATIO_GOAL: f64 = 1.1;
 /// Stored size and WAL of a write at most the Automerge bytes (the naive path's value, which
 /// keeps no JSON) plus a `jsonb` column's, plus this much.
 const STORAGE_SLACK: f64 = 1.05;
@@ -154,6 +159,50 @@ pub(super) fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Ve
     }
     goals.extend(jsonb_parity(rows, storage));
     goals.extend(client_writes(rows));
+    goals.extend(client_loads(rows));
+    goals
+}
+
+/// On each fixture the clients' loads were measured on: the JS client loads what a read
+/// returns with the most appended changes within [`CLIENT_LOAD_RATIO_GOAL`] of the save
+/// alone, so that appending writes do not make clients slower.
+fn client_loads(rows: &[Row]) -> Vec<Goal> {
+    let (alone, most) = ("load after 0 appended", format!("load after {MOST_APPENDED} appended"));
+    let mut fixtures: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.level == "client" && r.variant == JS_CLIENT)
+        .map(|r| r.fixture.as_str())
+        .collect();
+    fixtures.sort();
+    fixtures.dedup();
+    let mut goals = Vec::new();
+    for fixture in fixtures {
+        let (saved, appended) = (
+            find(rows, "client", alone, JS_CLIENT, fixture),
+            find(rows, "client", &most, JS_CLIENT, fixture),
+        );
+        let (measured, met) = match (appended, saved) {
+            (Some(appended), Some(saved)) => {
+                let ratio = appended.median_ns / saved.median_ns;
+                let text = format!(
+                    "{ratio:.2}× ({} against {})",
+                    duration(appended.median_ns),
+                    duration(saved.median_ns)
+                );
+                (text, Some(ratio <= CLIENT_LOAD_RATIO_GOAL))
+            }
+            _ => ("not measured".to_string(), None),
+        };
+        goals.push(Goal {
+            goal: format!(
+                "the JS client's load of `doc::bytea` with {MOST_APPENDED} appended changes against the save alone"
+            ),
+            fixture: fixture.to_string(),
+            measured,
+            target: format!("≤ {CLIENT_LOAD_RATIO_GOAL}×"),
+            met,
+        });
+    }
     goals
 }
 
@@ -406,5 +455,34 @@ mod tests {
         assert_eq!(met("`automerge_change_count` from the header"), None);
         assert_eq!(met("stored size"), Some(true), "2000 ≤ 1.05 × 2000");
         assert_eq!(met("WAL of a small write"), Some(false), "2200 > 1.05 × 2000");
+    }
+
+    #[test]
+    fn client_load_goals_set_the_most_appended_against_the_save_alone() {
+        let load = |appended: u32, fixture: &str, median_ns: f64| Row {
+            fixture: fixture.into(),
+            ..row("client", &format!("load after {appended} appended"), JS_CLIENT, median_ns)
+        };
+        let rows = vec![
+            // 5% slower with the most appended: met.
+            load(0, "js-rich-text-medium", 1e8),
+            load(MOST_APPENDED, "js-rich-text-medium", 1.05e8),
+            // Twice as slow: missed.
+            load(0, "rich-text-small", 1e8),
+            load(1, "rich-text-small", 2e8),
+            load(MOST_APPENDED, "rich-text-small", 2e8),
+            // The crate's loads are not the JS client's.
+            Row { variant: "automerge".into(), ..load(MOST_APPENDED, "map-list-small", 1e8) },
+            load(0, "plain-text-small", 1e8),
+        ];
+        let met: Vec<_> = client_loads(&rows).into_iter().map(|g| (g.fixture, g.met)).collect();
+        assert_eq!(
+            met,
+            [
+                ("js-rich-text-medium".to_string(), Some(true)),
+                ("plain-text-small".to_string(), None),
+                ("rich-text-small".to_string(), Some(false)),
+            ]
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use xshell::Shell;
 
-use super::criterion::{add_peaks, read_estimates, read_storage};
+use super::criterion::{add_peaks, read_estimates, read_storage, read_times};
 use super::Results;
 use crate::cluster::Cluster;
 use crate::fixtures;
@@ -60,6 +60,7 @@ pub(super) fn measure(
     }
     let peaks = criterion_dir.join("peaks.csv");
     let storage = criterion_dir.join("storage.csv");
+    let times = criterion_dir.join("times.csv");
     let benches = step("criterion benches", || {
         let run = |bench: &str| -> Result<std::process::Child> {
             let mut cargo = Command::new("cargo");
@@ -78,14 +79,20 @@ pub(super) fn measure(
                 .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
                 .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
                 .env("PG_AUTOMERGE_BENCH_STORAGE", &storage)
+                .env("PG_AUTOMERGE_BENCH_TIMES", &times)
                 .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
                 .current_dir(project_root());
             cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
         };
         // `core` and `sql` may run side by side (`--jobs`); the allocator pair runs one after
-        // the other, alone, since its ratio compares two binaries.
-        let batches: [&[&str]; 3] =
-            [&["core", "sql"], &["load_counting_allocator"], &["load_system_allocator"]];
+        // the other, alone, since its ratio compares two binaries; the clients' loads time
+        // Node beside criterion, alone too.
+        let batches: [&[&str]; 4] = [
+            &["core", "sql"],
+            &["load_counting_allocator"],
+            &["load_system_allocator"],
+            &["client_loads"],
+        ];
         for batch in batches {
             for chunk in batch.chunks(jobs.max(1)) {
                 let children: Vec<_> = chunk
@@ -106,6 +113,7 @@ pub(super) fn measure(
     benches?;
     let mut rows = read_estimates(&criterion_dir)?;
     add_peaks(&mut rows, &peaks)?;
+    rows.extend(read_times(&times)?);
     let storage = read_storage(&storage)?;
     note(format!("{} benchmarks measured", rows.len()));
     Ok(Results { rows, storage, fixture_table, provenance, quick, scale: scale.name() })

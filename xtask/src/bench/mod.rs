@@ -33,6 +33,8 @@ const NAIVE: &str = "naive (always loads)";
 const AUTOMERGE: &str = "automerge";
 const JSONB: &str = "jsonb";
 const SYSTEM_ALLOCATOR: &str = "system allocator";
+/// The JS client, whose loads the `client` level times beside the crate's.
+const JS_CLIENT: &str = "@automerge/automerge";
 
 impl BenchFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {

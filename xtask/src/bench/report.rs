@@ -273,6 +273,7 @@ pub(super) fn markdown(results: &Results) -> String {
         ]);
     }
     measured_table(&mut out, &table);
+    client_loads(&mut out, results);
     let by_variant: BTreeMap<&str, usize> =
         results.rows.iter().fold(BTreeMap::new(), |mut counts, r| {
             *counts.entry(r.variant.as_str()).or_default() += 1;
@@ -280,6 +281,54 @@ pub(super) fn markdown(results: &Results) -> String {
         });
     writeln!(out, "\nBenchmarks per variant: {by_variant:?}.").unwrap();
     out
+}
+
+/// The clients' loads of what a read returns, by how many changes were appended to it: one
+/// row per fixture and client, one column per count, and the most against none.
+fn client_loads(out: &mut String, results: &Results) {
+    out.push_str("\n## Clients' loads of what a read returns\n\n");
+    out.push_str(
+        "`doc::bytea` (what `SELECT doc` hands a client: the last save followed by the changes \
+         appended since) after that many appended writes of the kinds a JS client sends to a \
+         document of the fixture's kind, loaded by `@automerge/automerge` (medians of five \
+         loads in Node, taken in rounds over every value) and by the automerge crate \
+         (criterion). A write past `pg_automerge.append_limit` folds the changes into a new \
+         save, so the last column is the most a client meets.\n\n",
+    );
+    let appended = |r: &Row| -> Option<u32> {
+        r.operation.strip_prefix("load after ")?.strip_suffix(" appended")?.parse().ok()
+    };
+    let rows: Vec<&Row> = results.rows.iter().filter(|r| r.level == "client").collect();
+    let mut counts: Vec<u32> = rows.iter().filter_map(|r| appended(r)).collect();
+    counts.sort();
+    counts.dedup();
+    let mut clients: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r.fixture.as_str(), r.variant.as_str())).collect();
+    clients.sort();
+    clients.dedup();
+    let headings: Vec<String> = counts.iter().map(|n| format!("{n} appended")).collect();
+    let mut table = Table::new(
+        [("fixture", Align::Left), ("client", Align::Left)]
+            .into_iter()
+            .chain(headings.iter().map(|h| (h.as_str(), Align::Right)))
+            .chain([("most vs none", Align::Right)]),
+    );
+    for (fixture, client) in clients {
+        let at = |n: u32| {
+            rows.iter()
+                .copied()
+                .find(|r| r.fixture == fixture && r.variant == client && appended(r) == Some(n))
+        };
+        let cells = counts.iter().map(|&n| at(n).map_or("—".into(), |r| duration(r.median_ns)));
+        let most = counts.last().and_then(|&n| at(n));
+        table.row(
+            [fixture.to_string(), client.to_string()]
+                .into_iter()
+                .chain(cells)
+                .chain([ratio(most, at(0))]),
+        );
+    }
+    measured_table(out, &table);
 }
 
 /// A table of measurements; or, when it has no row, a note that the run measured nothing
