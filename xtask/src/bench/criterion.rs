@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use super::{Row, StorageMeasure};
@@ -44,7 +44,7 @@ pub(super) fn read_estimates(criterion_dir: &Path) -> Result<Vec<Row>> {
         let id: BenchmarkJson = serde_json::from_str(&fs::read_to_string(&benchmark)?)?;
         let estimates: EstimatesJson =
             serde_json::from_str(&fs::read_to_string(dir.join("estimates.json"))?)?;
-        let (level, operation) = id.group_id.split_once('/').unwrap_or(("core", &id.group_id));
+        let (level, operation) = split_group(&id.group_id);
         rows.push(Row {
             level: level.to_string(),
             operation: operation.to_string(),
@@ -83,32 +83,61 @@ fn find_files(dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
 /// Adds the peaks and loads the benches wrote (`group,variant,fixture,bytes,loads`, loads
 /// empty where not counted) to their rows.
 pub(super) fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
-    if !peaks.exists() {
-        return Ok(());
-    }
-    let text = fs::read_to_string(peaks).with_context(|| format!("reading {}", peaks.display()))?;
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(',').collect();
-        let [group, variant, fixture, bytes, loads] = fields[..] else {
-            bail!("bad peaks line: {line}")
-        };
-        let (level, operation) = group.split_once('/').unwrap_or(("core", group));
-        if let Some(row) = rows.iter_mut().find(|r| {
-            r.level == level
-                && r.operation == operation
-                && r.variant == variant
-                && r.fixture == fixture
-        }) {
-            row.peak_bytes = Some(bytes.parse()?);
-            row.loads = optional(loads)?;
+    let peaks = read_csv(peaks, |fields| {
+        let &[group, variant, fixture, bytes, loads] = fields else { return Ok(None) };
+        let (level, operation) = split_group(group);
+        let id = format!("{level}/{operation}/{variant}/{fixture}");
+        Ok(Some((id, bytes.parse()?, optional(loads)?)))
+    })?;
+    for (id, peak_bytes, loads) in peaks {
+        let row = rows
+            .iter_mut()
+            .find(|r| id == format!("{}/{}/{}/{}", r.level, r.operation, r.variant, r.fixture));
+        if let Some(row) = row {
+            row.peak_bytes = Some(peak_bytes);
+            row.loads = loads;
         }
     }
     Ok(())
 }
 
 /// Reads the times the benches measured outside criterion
-/// (`group,variant,fixture,median_ns,spread_ns`); no file when a filter left them out.
+/// (`group,variant,fixture,median_ns,spread_ns`).
 pub(super) fn read_times(path: &Path) -> Result<Vec<Row>> {
+    read_csv(path, |fields| {
+        let &[group, variant, fixture, median, spread] = fields else { return Ok(None) };
+        let (level, operation) = split_group(group);
+        Ok(Some(Row {
+            level: level.into(),
+            operation: operation.into(),
+            variant: variant.into(),
+            fixture: fixture.into(),
+            median_ns: median.parse()?,
+            spread_ns: spread.parse()?,
+            peak_bytes: None,
+            loads: None,
+        }))
+    })
+}
+
+/// Reads what the benches measured without timing it (`fixture,variant,measure,value`, the
+/// value empty where there is none).
+pub(super) fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
+    read_csv(path, |fields| {
+        let &[fixture, variant, measure, value] = fields else { return Ok(None) };
+        Ok(Some(StorageMeasure {
+            fixture: fixture.into(),
+            variant: variant.into(),
+            measure: measure.into(),
+            value: optional(value)?,
+        }))
+    })
+}
+
+/// The lines of a file the benches wrote, each split at its commas and read by `parse`
+/// (None for a line of the wrong shape); none when there is no file, as when a filter left
+/// out every bench that writes it.
+fn read_csv<T>(path: &Path, parse: impl Fn(&[&str]) -> Result<Option<T>>) -> Result<Vec<T>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -116,45 +145,14 @@ pub(super) fn read_times(path: &Path) -> Result<Vec<Row>> {
     text.lines()
         .map(|line| {
             let fields: Vec<&str> = line.split(',').collect();
-            let [group, variant, fixture, median, spread] = fields[..] else {
-                bail!("bad times line: {line}")
-            };
-            let (level, operation) = group.split_once('/').unwrap_or(("core", group));
-            Ok(Row {
-                level: level.into(),
-                operation: operation.into(),
-                variant: variant.into(),
-                fixture: fixture.into(),
-                median_ns: median.parse()?,
-                spread_ns: spread.parse()?,
-                peak_bytes: None,
-                loads: None,
-            })
+            parse(&fields)?.with_context(|| format!("bad line in {}: {line}", path.display()))
         })
         .collect()
 }
 
-/// Reads what the benches measured without timing it (`fixture,variant,measure,value`, the
-/// value empty where there is none); no file when a filter left the storage out.
-pub(super) fn read_storage(path: &Path) -> Result<Vec<StorageMeasure>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .map(|line| {
-            let fields: Vec<&str> = line.split(',').collect();
-            let [fixture, variant, measure, value] = fields[..] else {
-                bail!("bad storage line: {line}")
-            };
-            Ok(StorageMeasure {
-                fixture: fixture.into(),
-                variant: variant.into(),
-                measure: measure.into(),
-                value: optional(value)?,
-            })
-        })
-        .collect()
+/// A criterion group's level and operation: `sql/read title`, or `core` when unprefixed.
+fn split_group(group: &str) -> (&str, &str) {
+    group.split_once('/').unwrap_or(("core", group))
 }
 
 /// An optional number: none when empty.
