@@ -553,16 +553,20 @@ fn storage(session: &Session, rows: &FixtureRows) {
         let stored = session.query_row(
             &path.sql(
                 "SELECT pg_column_size(doc)::bigint, s.format_version::bigint, s.stored_bytes, s.payload_bytes,
-                        s.jsonb_bytes
+                        s.jsonb_bytes, s.structure_bytes
                  FROM {docs}, automerge_storage(doc) s WHERE name = $1",
             ),
             &[name],
         );
-        for (column, measure) in
-            ["column_bytes", "format_version", "stored_bytes", "payload_bytes", "jsonb_bytes"]
-                .into_iter()
-                .enumerate()
-        {
+        let measures = [
+            "column_bytes",
+            "format_version",
+            "stored_bytes",
+            "payload_bytes",
+            "jsonb_bytes",
+            "structure_bytes",
+        ];
+        for (column, measure) in measures.into_iter().enumerate() {
             record_storage(name, variant, measure, stored.get(column));
         }
         let apply = path.sql(APPLY);

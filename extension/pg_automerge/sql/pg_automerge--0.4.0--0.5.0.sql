@@ -218,3 +218,24 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_sortsupport_wrapper';
 ALTER OPERATOR FAMILY automerge_btree_ops USING btree
     ADD FUNCTION 2 (automerge, automerge) automerge_sortsupport(internal);
+
+-- automerge_storage(doc) gains structure_bytes: what the structure index takes, the index
+-- that lets writes of text, lists and nested fields append without a load. A function's
+-- result columns cannot change in place: it is dropped and created again (a view that uses
+-- it must be dropped first and created again after).
+DROP FUNCTION "automerge_storage"(automerge);
+
+CREATE FUNCTION "automerge_storage"(
+	"doc" automerge
+) RETURNS TABLE (
+	"format_version" INT,
+	"stored_bytes" bigint,
+	"payload_bytes" bigint,
+	"jsonb_bytes" bigint,
+	"appended_changes" bigint,
+	"estimated_load_bytes" bigint,
+	"structure_bytes" bigint
+)
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_storage_wrapper';

@@ -24,9 +24,13 @@ use crate::errors::OrRaise;
 use crate::gucs;
 
 /// What a stored value holds: its format version, its size, the Automerge bytes, the kept
-/// JSON (null when it keeps none), how many changes were appended since its last save, and
-/// the estimated peak of loading it (from the header alone: what `max_load_memory` is
-/// checked against when a write, a merge or `automerge_compact` loads it).
+/// JSON (null when it keeps none), how many changes were appended since its last save, the
+/// estimated peak of loading it (from the header alone: what `max_load_memory` is checked
+/// against when a write, a merge or `automerge_compact` loads it), and the structure index
+/// that lets writes append (null before format version 3).
+// pgrx reads the result's column names from the `name!` types spelled out here: an alias
+// would hide them.
+#[allow(clippy::type_complexity)]
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_storage(
     doc: StoredDoc<'_>,
@@ -39,6 +43,7 @@ fn automerge_storage(
         name!(jsonb_bytes, Option<i64>),
         name!(appended_changes, i64),
         name!(estimated_load_bytes, i64),
+        name!(structure_bytes, Option<i64>),
     ),
 > {
     let value = format::decode(doc.stored()).or_raise("automerge_storage");
@@ -51,6 +56,11 @@ fn automerge_storage(
         kept.map_or(0, |kept| i64::from(kept.appended_changes)),
         i64::try_from(estimate_stored(&value.summary, value.payload).peak_bytes())
             .unwrap_or(i64::MAX),
+        // A version 2 value's root table is read as an index of its root, which it does not
+        // store as such.
+        kept.filter(|_| value.version >= 3)
+            .and_then(|kept| kept.structure.as_ref())
+            .map(|index| index.len() as i64),
     );
     TableIterator::once(row)
 }
@@ -334,6 +344,11 @@ mod tests {
             "SELECT array_agg(s.format_version ORDER BY version) FROM versions, automerge_storage(doc) s",
         );
         assert_eq!(versions.unwrap().unwrap(), vec![1, 2, 3]);
+        // Only version 3 stores the structure index; the project's index has its root keys.
+        let indexed = Spi::get_one::<Vec<Option<bool>>>(
+            "SELECT array_agg(s.structure_bytes > 0 ORDER BY version) FROM versions, automerge_storage(doc) s",
+        );
+        assert_eq!(indexed.unwrap().unwrap(), vec![None, None, Some(true)]);
         let heads = pg_automerge_core::heads::to_hex(&doc.get_heads());
         let reads = [
             "doc->>'title'",
