@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use automerge::Automerge;
 use benches::{
     configure, criterion, fixtures, js_fixtures, quick, record_time, selected, Author, ClientWrite,
-    Fixture, AUTOMERGE,
+    Fixture, AUTOMERGE, JS_CLIENT,
 };
 use criterion::BenchmarkId;
 use pg_automerge_core::document::{self, WriteSettings, DEFAULT_APPEND_LIMIT};
@@ -23,7 +23,6 @@ use pg_automerge_core::{format, writes};
 
 /// How many appended changes each measured value has.
 const APPENDED: [u32; 5] = [0, 1, 4, 16, DEFAULT_APPEND_LIMIT];
-const JS_CLIENT: &str = "@automerge/automerge";
 
 fn main() {
     let group = |appended: u32| format!("client/load after {appended} appended");

@@ -21,6 +21,8 @@ use pg_automerge_core::memory;
 pub const OURS: &str = "pg_automerge";
 pub const AUTOMERGE: &str = "automerge";
 pub const JSONB: &str = "jsonb";
+/// The JS client, whose loads `client_loads` times beside the automerge crate's.
+pub const JS_CLIENT: &str = "@automerge/automerge";
 /// pg_automerge on the path it replaces: values stored without their JSON
 /// (`pg_automerge.keep_jsonb = off`), writes that load, apply and save
 /// (`pg_automerge.append_limit = 0`).

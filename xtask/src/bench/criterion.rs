@@ -86,13 +86,16 @@ pub(super) fn add_peaks(rows: &mut [Row], peaks: &Path) -> Result<()> {
     let peaks = read_csv(peaks, |fields| {
         let &[group, variant, fixture, bytes, loads] = fields else { return Ok(None) };
         let (level, operation) = split_group(group);
-        let id = format!("{level}/{operation}/{variant}/{fixture}");
+        let id = [level, operation, variant, fixture].map(str::to_string);
         Ok(Some((id, bytes.parse()?, optional(loads)?)))
     })?;
-    for (id, peak_bytes, loads) in peaks {
-        let row = rows
-            .iter_mut()
-            .find(|r| id == format!("{}/{}/{}/{}", r.level, r.operation, r.variant, r.fixture));
+    for ([level, operation, variant, fixture], peak_bytes, loads) in peaks {
+        let row = rows.iter_mut().find(|r| {
+            r.level == level
+                && r.operation == operation
+                && r.variant == variant
+                && r.fixture == fixture
+        });
         if let Some(row) = row {
             row.peak_bytes = Some(peak_bytes);
             row.loads = loads;

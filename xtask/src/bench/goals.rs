@@ -9,7 +9,7 @@
 use ::fixtures::generated::{Kind, Scale, Spec};
 
 use super::format::{bytes, duration};
-use super::{find, Row, StorageMeasure, JSONB, JS_CLIENT, NAIVE, OURS};
+use super::{client_load, find, Row, StorageMeasure, JSONB, JS_CLIENT, NAIVE, OURS};
 
 /// A performance goal, and what this run measured of it.
 pub(super) struct Goal {
@@ -170,7 +170,7 @@ pub(super) fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Ve
 /// returns with the most appended changes within [`CLIENT_LOAD_RATIO_GOAL`] of the save
 /// alone, so that appending writes do not make clients slower.
 fn client_loads(rows: &[Row]) -> Vec<Goal> {
-    let (alone, most) = ("load after 0 appended", format!("load after {MOST_APPENDED} appended"));
+    let (alone, most) = (client_load(0), client_load(MOST_APPENDED));
     let mut fixtures: Vec<&str> = rows
         .iter()
         .filter(|r| r.level == "client" && r.variant == JS_CLIENT)
@@ -181,7 +181,7 @@ fn client_loads(rows: &[Row]) -> Vec<Goal> {
     let mut goals = Vec::new();
     for fixture in fixtures {
         let (saved, appended) = (
-            find(rows, "client", alone, JS_CLIENT, fixture),
+            find(rows, "client", &alone, JS_CLIENT, fixture),
             find(rows, "client", &most, JS_CLIENT, fixture),
         );
         let (measured, met) = match (appended, saved) {
@@ -282,16 +282,14 @@ fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
         // no JSON, so it is the whole of what it stores beyond the Automerge bytes.
         let automerge = stored(fixture, NAIVE, "payload_bytes");
         let beside = stored(fixture, NAIVE, "stored_bytes").zip(automerge).map(|(s, a)| s - a);
-        for (measure, what) in [
-            ("column_bytes", "stored size"),
-            ("wal_incremental_write_bytes", "WAL of a small write"),
+        // The WAL of writing the Automerge bytes alone: the naive path's write, less what its
+        // value keeps beside them.
+        let wal = "wal_incremental_write_bytes";
+        let automerge_wal = stored(fixture, NAIVE, wal).zip(beside).map(|(w, b)| w - b);
+        for (measure, what, automerge) in [
+            ("column_bytes", "stored size", automerge),
+            (wal, "WAL of a small write", automerge_wal),
         ] {
-            let automerge = match measure {
-                "column_bytes" => automerge,
-                // The WAL of writing the Automerge bytes alone: the naive path's write, less
-                // what its value keeps beside them.
-                _ => stored(fixture, NAIVE, measure).zip(beside).map(|(w, b)| w - b),
-            };
             let parts = (stored(fixture, OURS, measure), beside, automerge);
             let (measured, met) = match (parts, stored(fixture, JSONB, measure)) {
                 ((Some(ours), Some(beside), Some(automerge)), Some(column)) => {
@@ -506,7 +504,7 @@ mod tests {
     fn client_load_goals_set_the_most_appended_against_the_save_alone() {
         let load = |appended: u32, fixture: &str, median_ns: f64| Row {
             fixture: fixture.into(),
-            ..row("client", &format!("load after {appended} appended"), JS_CLIENT, median_ns)
+            ..row("client", &client_load(appended), JS_CLIENT, median_ns)
         };
         let rows = vec![
             // 5% slower with the most appended: met.

@@ -36,6 +36,16 @@ const SYSTEM_ALLOCATOR: &str = "system allocator";
 /// The JS client, whose loads the `client` level times beside the crate's.
 const JS_CLIENT: &str = "@automerge/automerge";
 
+/// The `client` level's operation: a load of what a read returns after `appended` changes.
+fn client_load(appended: u32) -> String {
+    format!("load after {appended} appended")
+}
+
+/// How many appended changes a `client` level operation loads, as [`client_load`] names it.
+fn appended_of(operation: &str) -> Option<u32> {
+    operation.strip_prefix("load after ")?.strip_suffix(" appended")?.parse().ok()
+}
+
 impl BenchFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
         SetupFlags { pg: self.pg.into() }.run(sh)?;
@@ -168,5 +178,11 @@ mod tests {
             peak_bytes: None,
             loads: None,
         }
+    }
+
+    #[test]
+    fn client_load_operations_give_back_their_count() {
+        assert_eq!(appended_of(&client_load(64)), Some(64));
+        assert_eq!(appended_of("load, by allocator"), None);
     }
 }

@@ -12,7 +12,7 @@ use report_table::{Align, Table};
 use super::criterion::{csv, storage_csv};
 use super::format::{byte_count, bytes, duration, ratio, spread};
 use super::goals::goals;
-use super::{Results, Row, AUTOMERGE, JSONB, NAIVE, OURS, SYSTEM_ALLOCATOR};
+use super::{appended_of, Results, Row, AUTOMERGE, JSONB, NAIVE, OURS, SYSTEM_ALLOCATOR};
 use crate::chart;
 
 /// The SQL operation's counterpart in the core benches, whose `automerge` variant is the
@@ -300,9 +300,7 @@ fn client_loads(out: &mut String, results: &Results) {
          (criterion). A write past `pg_automerge.append_limit` folds the changes into a new \
          save, so the last column is the most a client meets.\n\n",
     );
-    let appended = |r: &Row| -> Option<u32> {
-        r.operation.strip_prefix("load after ")?.strip_suffix(" appended")?.parse().ok()
-    };
+    let appended = |r: &Row| appended_of(&r.operation);
     let rows: Vec<&Row> = results.rows.iter().filter(|r| r.level == "client").collect();
     let mut counts: Vec<u32> = rows.iter().filter_map(|r| appended(r)).collect();
     counts.sort();
