@@ -143,13 +143,22 @@ fn walk<'j>(mut json: &'j mut Json, path: &[Step]) -> Option<&'j mut Json> {
 /// Replaces `delete` characters from character `at` of a JSON string with `text`.
 pub fn splice(json: &mut Json, at: u64, delete: u64, text: &str) -> bool {
     let Json::String(s) = json else { return false };
-    let byte =
-        |chars: u64| s.char_indices().nth(chars as usize).map_or(Some(s.len()), |(i, _)| Some(i));
-    let char_len = s.chars().count() as u64;
-    if at + delete > char_len {
-        return false;
-    }
-    let (Some(from), Some(to)) = (byte(at), byte(at + delete)) else { return false };
+    splice_str(s, at, delete, text)
+}
+
+/// Replaces `delete` characters from character `at` of `s` with `text`; false (and `s`
+/// unchanged) when they are not all there.
+pub fn splice_str(s: &mut String, at: u64, delete: u64, text: &str) -> bool {
+    // Each character's byte offset, then the end.
+    let mut boundaries = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len()));
+    let Some(from) = boundaries.nth(at as usize) else { return false };
+    let to = match delete {
+        0 => from,
+        n => match boundaries.nth(n as usize - 1) {
+            Some(to) => to,
+            None => return false,
+        },
+    };
     s.replace_range(from..to, text);
     true
 }
@@ -254,4 +263,24 @@ pub fn patched(
 pub fn of(stored: &[u8], codec: &'static dyn JsonCodec) -> Result<Option<Json>, Error> {
     let json = crate::format::decode(stored)?.kept.and_then(|kept| kept.json);
     json.map(|json| decode(&json, codec)).transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splice_str;
+
+    #[test]
+    fn splices_count_characters() {
+        let splice = |s: &str, at, delete, text| {
+            let mut s = s.to_string();
+            splice_str(&mut s, at, delete, text).then_some(s)
+        };
+        assert_eq!(splice("hello", 5, 0, "!").as_deref(), Some("hello!"));
+        assert_eq!(splice("héllo", 1, 2, "a").as_deref(), Some("halo"));
+        assert_eq!(splice("a😀b", 2, 1, "c").as_deref(), Some("a😀c"));
+        assert_eq!(splice("a😀b", 1, 1, "").as_deref(), Some("ab"));
+        assert_eq!(splice("abc", 4, 0, "x"), None);
+        assert_eq!(splice("abc", 2, 2, "x"), None);
+        assert_eq!(splice("", 0, 0, "x").as_deref(), Some("x"));
+    }
 }

@@ -200,9 +200,10 @@ fn append(
         return Ok(None);
     }
     // The JSON is read only now that the changes are known to be appended; JSON that
-    // cannot follow them leaves the write to the load.
-    let json = match kept.json {
-        Some(json) if settings.keep_json => {
+    // cannot follow them leaves the write to the load. Changes that show nothing (marks,
+    // losing values) keep its bytes as they are.
+    let patched = match kept.json {
+        Some(json) if settings.keep_json && !unchanged(&json, &edits, settings) => {
             match kept_json::patched(&json, &edits, settings.json_codec)? {
                 Some(patched) => Some(patched),
                 None => return Ok(None),
@@ -210,12 +211,13 @@ fn append(
         }
         _ => None,
     };
-    let kept = Kept {
-        appended_changes,
-        json: json.as_ref().map(|json| json.as_kept()),
-        structure: Some(Cow::Owned(structure.encode())),
-        ..kept
+    let json = match (&patched, kept.json) {
+        (Some(patched), _) => Some(patched.as_kept()),
+        (None, Some(json)) if settings.keep_json => Some(json),
+        _ => None,
     };
+    let kept =
+        Kept { appended_changes, json, structure: Some(Cow::Owned(structure.encode())), ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -226,6 +228,16 @@ fn append(
         payload.extend_from_slice(change.raw_bytes());
     }
     Ok(Some(format::encode(&summary, &kept, &payload)))
+}
+
+/// Whether the kept JSON stays as it is: no edits, and already in the layout this build
+/// writes.
+fn unchanged(
+    json: &format::KeptJson<'_>,
+    edits: &[kept_json::JsonEdit],
+    settings: WriteSettings,
+) -> bool {
+    edits.is_empty() && json.layout == settings.json_codec.layout()
 }
 
 /// The largest operation counter of the change's dependencies, which its first counter

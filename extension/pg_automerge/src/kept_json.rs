@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use pg_automerge_core::format::{JsonLayout, KeptJson};
-use pg_automerge_core::kept_json::{JsonCodec, JsonEdit, Step};
+use pg_automerge_core::kept_json::{splice_str, JsonCodec, JsonEdit, Step};
 use pg_automerge_core::Error;
 use pgrx::{pg_sys, IntoDatum};
 use serde_json::Value as Json;
@@ -60,7 +60,25 @@ impl JsonCodec for JsonbCodec {
                     call(pg_sys::jsonb_insert, datum, &[path, value, false.into_datum().unwrap()])
                 }
                 JsonEdit::Remove(_) => call(pg_sys::jsonb_delete_path, datum, &[path]),
-                JsonEdit::Splice(..) | JsonEdit::Increment(..) => {
+                JsonEdit::Splice(_, at, delete, text) => {
+                    // SAFETY: a jsonb datum and a text[] path; the result may be null.
+                    let found = unsafe {
+                        pgrx::direct_function_call_as_datum(
+                            pg_sys::jsonb_extract_path,
+                            &[Some(datum), Some(path)],
+                        )
+                    };
+                    let Some(found) = found else { return Ok(None) };
+                    let Some(mut string) = scalar_string(&take_bytes(found)) else {
+                        return Ok(None);
+                    };
+                    if !splice_str(&mut string, *at, *delete, text) {
+                        return Ok(None);
+                    }
+                    let Some(value) = jsonb_of_string(&string) else { return Ok(None) };
+                    call(pg_sys::jsonb_set, datum, &[path, value, false.into_datum().unwrap()])
+                }
+                JsonEdit::Increment(..) => {
                     // SAFETY: a jsonb datum and a text[] path; the result may be null.
                     let found = unsafe {
                         pgrx::direct_function_call_as_datum(
@@ -80,6 +98,42 @@ impl JsonCodec for JsonbCodec {
         }
         Ok(Some(take_bytes(datum)))
     }
+}
+
+// The binary layout of a `jsonb` scalar (PostgreSQL's `jsonb.h`, unchanged since 9.4): a
+// one-element array container flagged as a scalar, one entry, then the element's data.
+const JB_FSCALAR: u32 = 0x1000_0000;
+const JB_FARRAY: u32 = 0x4000_0000;
+const JENTRY_TYPEMASK: u32 = 0x7000_0000;
+const JENTRY_ISSTRING: u32 = 0x0000_0000;
+const JENTRY_HAS_OFF: u32 = 0x8000_0000;
+const JENTRY_OFFLENMASK: u32 = 0x0FFF_FFFF;
+
+/// The string a `jsonb` scalar holds, read from its data without printing and parsing it
+/// (a long text's splice would otherwise escape and unescape the whole text); `None` for
+/// any other value.
+fn scalar_string(data: &[u8]) -> Option<String> {
+    let word = |at: usize| Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?));
+    let (header, entry) = (word(0)?, word(4)?);
+    if header != 1 | JB_FSCALAR | JB_FARRAY || entry & JENTRY_TYPEMASK != JENTRY_ISSTRING {
+        return None;
+    }
+    // The first element's entry holds its length, whether or not it is flagged an offset.
+    let len = (entry & JENTRY_OFFLENMASK) as usize;
+    String::from_utf8(data.get(8..8 + len)?.to_vec()).ok()
+}
+
+/// A `jsonb` datum of one string, laid out as `jsonb_in` lays it out; `None` past the
+/// largest string `jsonb` holds.
+fn jsonb_of_string(string: &str) -> Option<pg_sys::Datum> {
+    let len = u32::try_from(string.len()).ok().filter(|len| *len <= JENTRY_OFFLENMASK)?;
+    let built: Result<_, Error> = palloc_jsonb(8 + string.len(), |data| {
+        data[..4].copy_from_slice(&(1 | JB_FSCALAR | JB_FARRAY).to_ne_bytes());
+        data[4..8].copy_from_slice(&(JENTRY_ISSTRING | JENTRY_HAS_OFF | len).to_ne_bytes());
+        data[8..].copy_from_slice(string.as_bytes());
+        Ok(())
+    });
+    built.ok()
 }
 
 /// A path as the `text[]` that the jsonb path functions take.
@@ -171,5 +225,30 @@ fn take_bytes(datum: pg_sys::Datum) -> Vec<u8> {
         let bytes = pgrx::varlena::varlena_to_byte_slice(varlena).to_vec();
         pg_sys::pfree(varlena.cast());
         bytes
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use super::{jsonb_from_text, jsonb_of_string, scalar_string, take_bytes};
+
+    /// The scalar strings a splice reads and writes are laid out as `jsonb_in` lays them
+    /// out, escapes and characters outside ASCII included, and nothing else reads as one.
+    #[pg_test]
+    fn scalar_strings_are_laid_out_as_jsonb_in_lays_them_out() {
+        for string in ["", "plain", "quote \" backslash \\ newline \n", "Ship 🚀 plän", "\u{fffc}"]
+        {
+            let quoted = serde_json::to_string(string).unwrap();
+            let from_text = take_bytes(jsonb_from_text(&quoted));
+            assert_eq!(take_bytes(jsonb_of_string(string).unwrap()), from_text, "{quoted}");
+            assert_eq!(scalar_string(&from_text).as_deref(), Some(string));
+        }
+        for other in ["1", "true", "null", "[\"a\"]", "{\"a\": \"b\"}"] {
+            assert_eq!(scalar_string(&take_bytes(jsonb_from_text(other))), None, "{other}");
+        }
+        assert_eq!(scalar_string(&[1, 0]), None);
     }
 }
