@@ -42,15 +42,17 @@ impl JsonEdit {
         }
     }
 
-    /// Takes `next` into this edit when the two make one: text typed right after a
-    /// splice's, or anything written inside a value this edit sets or inserts (an object
-    /// made with content). Returns whether it did.
+    /// Takes `next` into this edit when the two make one: a splice right after a splice's
+    /// text (characters typed one after another, or deleted one by one from the same
+    /// place, then typed over), or anything written inside a value this edit sets or
+    /// inserts (an object made with content). Returns whether it did.
     pub fn absorb(&mut self, next: &JsonEdit) -> bool {
         match (self, next) {
             (
-                JsonEdit::Splice(path, at, _, text),
-                JsonEdit::Splice(next_path, next_at, 0, more),
+                JsonEdit::Splice(path, at, delete, text),
+                JsonEdit::Splice(next_path, next_at, next_delete, more),
             ) if path == next_path && *next_at == *at + text.chars().count() as u64 => {
+                *delete += next_delete;
                 text.push_str(more);
                 true
             }
@@ -267,7 +269,36 @@ pub fn of(stored: &[u8], codec: &'static dyn JsonCodec) -> Result<Option<Json>, 
 
 #[cfg(test)]
 mod tests {
-    use super::splice_str;
+    use serde_json::json;
+
+    use super::{splice_str, JsonEdit, Step};
+
+    /// Splices that follow on make one, and the one makes what they make in turn.
+    #[test]
+    fn splices_that_follow_on_make_one() {
+        let path = vec![Step::Key("text".into())];
+        let splice =
+            |at, delete, text: &str| JsonEdit::Splice(path.clone(), at, delete, text.into());
+        let made = |edits: &[JsonEdit]| {
+            let mut json = json!({"text": "hello brave world"});
+            edits.iter().all(|edit| edit.apply(&mut json)).then_some(json)
+        };
+        let cases = [
+            // Three characters deleted from one place, then typed over.
+            vec![splice(6, 1, ""), splice(6, 1, ""), splice(6, 1, ""), splice(6, 0, "new")],
+            // Typed one after another.
+            vec![splice(5, 0, ","), splice(6, 0, " so")],
+            // Typed, then what follows deleted.
+            vec![splice(0, 0, "oh "), splice(3, 6, "")],
+        ];
+        for edits in cases {
+            let mut joined = edits[0].clone();
+            assert!(edits[1..].iter().all(|edit| joined.absorb(edit)), "{edits:?}");
+            assert_eq!(made(&[joined]), made(&edits), "{edits:?}");
+        }
+        // A splice elsewhere stays apart.
+        assert!(!splice(6, 1, "").absorb(&splice(2, 0, "x")));
+    }
 
     #[test]
     fn splices_count_characters() {
