@@ -110,6 +110,15 @@ pub(super) fn insert_element(
             let tail = Run { start: run.start + into, len: run.len - into, ..run.clone() };
             replace_runs(runs, index, 1, vec![head, new, tail]);
         }
+        // Typing right after one's own text extends the run before, with no shift of the
+        // runs after it (a long text's runs are many).
+        _ if index > 0 && joins(&runs[index - 1], &new) => {
+            runs[index - 1].len += 1;
+            if runs.get(index).is_some_and(|next| joins(&runs[index - 1], next)) {
+                let next = runs.remove(index);
+                runs[index - 1].len += next.len;
+            }
+        }
         _ => replace_runs(runs, index, 0, vec![new]),
     }
     Some(offset)
