@@ -1,7 +1,10 @@
 //! The index's stored form: one stream per field (ids as differences from their
 //! neighbours, map keys as indexes into a table of key strings), so that like values sit
-//! together, then DEFLATE over all of it. Objects go in id order, so equal indexes encode
-//! equally.
+//! together, then zstd over all of it (DEFLATE in version 2: zstd writes the same bytes in
+//! about half the time, and a write re-encodes the index). Objects go in id order, so equal indexes encode
+//! equally. Ids that repeat (the parent siblings share, the id where a run cut by an
+//! insertion goes on) are written as their place among the recently written ones
+//! (encoding version 3); version 2, which wrote them as differences, still reads.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -9,19 +12,33 @@ use std::rc::Rc;
 
 use automerge::ActorId;
 use flate2::read::DeflateDecoder;
+#[cfg(test)]
 use flate2::write::DeflateEncoder;
 
 use super::{
     Body, ElemState, KeyName, MapKeys, ObjKind, Object, OpId, ParentKey, Run, Structure, ValueKind,
-    ValueOp, Values,
+    ValueOp, Values, ROOT,
 };
 use crate::leb128;
 
-const ENCODING_VERSION: u8 = 2;
+const ENCODING_VERSION: u8 = 3;
+/// The version before recently used ids, still read.
+const DIFFERENCES_VERSION: u8 = 2;
 
-/// DEFLATE makes at most about 1,032 bytes of each byte it reads: a raw length beyond that
-/// is corrupt, and is refused before anything is allocated for it.
+/// How many recently used ids an id may be written as the place of.
+const RECENT: usize = 16;
+/// In version 3's parent stream: the parent is the object written just before.
+const PARENT_PREVIOUS: u64 = RECENT as u64;
+/// In version 3's parent and run start streams: the id follows, written out.
+const WRITTEN_OUT: u64 = RECENT as u64 + 1;
+
+/// DEFLATE makes at most about 1,032 bytes of each byte it reads; zstd can make more, but
+/// not of an index, whose streams are never that uniform. A raw length beyond this is
+/// corrupt, and is refused before anything is allocated for it (the write then loads).
 const MAX_INFLATION: usize = 1100;
+
+/// zstd's default level: higher levels cost a write more than they save.
+const ZSTD_LEVEL: i32 = 3;
 
 /// The streams, in the order they are written.
 #[derive(Default)]
@@ -102,6 +119,37 @@ fn difference(value: u64, from: u64) -> i64 {
     value.wrapping_sub(from) as i64
 }
 
+/// The last [`RECENT`] ids written, the latest first; the writer and the reader keep the
+/// same list, so an id found there is written as its place.
+struct Recent<T>(Vec<T>);
+
+impl<T: Copy + PartialEq> Recent<T> {
+    fn new() -> Recent<T> {
+        Recent(Vec::with_capacity(RECENT + 1))
+    }
+
+    fn place(&self, item: T) -> Option<usize> {
+        self.0.iter().position(|known| *known == item)
+    }
+
+    fn get(&self, place: u64) -> Option<T> {
+        self.0.get(usize::try_from(place).ok()?).copied()
+    }
+
+    /// Puts `item` first.
+    fn put(&mut self, item: T) {
+        if let Some(place) = self.place(item) {
+            self.0.remove(place);
+        }
+        self.0.insert(0, item);
+        self.0.truncate(RECENT);
+    }
+
+    fn forget(&mut self, place: usize) {
+        self.0.remove(place);
+    }
+}
+
 impl Structure {
     /// The stored form.
     pub fn encode(&self) -> Vec<u8> {
@@ -125,11 +173,11 @@ impl Structure {
             };
         let mut ids: Vec<&OpId> = self.objects.keys().collect();
         ids.sort();
-        let (mut previous, mut previous_parent) = (0u64, 0u64);
+        let mut previous = ROOT;
+        let mut parents = Recent::new();
         for obj in ids {
             let object = &self.objects[obj];
-            uleb(&mut s.obj_counter, obj.counter - previous);
-            previous = obj.counter;
+            uleb(&mut s.obj_counter, obj.counter - previous.counter);
             uleb(&mut s.obj_actor, u64::from(obj.actor));
             let body = match object.body {
                 Body::Map(_) => 0,
@@ -140,9 +188,16 @@ impl Structure {
             match &object.parent {
                 None => s.parent_tag.push(PARENT_NONE),
                 Some((parent, key)) => {
-                    sleb(&mut s.parent_obj, difference(parent.counter, previous_parent));
-                    previous_parent = parent.counter;
-                    uleb(&mut s.parent_obj, u64::from(parent.actor));
+                    match parents.place(*parent) {
+                        Some(place) => uleb(&mut s.parent_obj, place as u64),
+                        None if *parent == previous => uleb(&mut s.parent_obj, PARENT_PREVIOUS),
+                        None => {
+                            uleb(&mut s.parent_obj, WRITTEN_OUT);
+                            sleb(&mut s.parent_obj, difference(parent.counter, obj.counter));
+                            uleb(&mut s.parent_obj, u64::from(parent.actor));
+                        }
+                    }
+                    parents.put(*parent);
                     match key {
                         ParentKey::Map(key) => {
                             s.parent_tag.push(PARENT_KEY);
@@ -178,10 +233,21 @@ impl Structure {
                 Body::Seq(runs) => {
                     uleb(&mut s.run_count, runs.len() as u64);
                     let mut end = obj.counter;
+                    let mut ends = Recent::new();
                     for run in runs {
                         uleb(&mut s.run_actor, u64::from(run.actor));
-                        sleb(&mut s.run_start, difference(run.start, end));
+                        match ends.place((run.actor, run.start)) {
+                            Some(place) => {
+                                uleb(&mut s.run_start, place as u64);
+                                ends.forget(place);
+                            }
+                            None => {
+                                uleb(&mut s.run_start, WRITTEN_OUT);
+                                sleb(&mut s.run_start, difference(run.start, end));
+                            }
+                        }
                         end = run.start + run.len;
+                        ends.put((run.actor, end));
                         uleb(&mut s.run_len, run.len);
                         match &run.state {
                             ElemState::Hidden => s.run_state.push(STATE_HIDDEN),
@@ -200,6 +266,7 @@ impl Structure {
                 }
                 Body::Opaque => {}
             }
+            previous = *obj;
         }
         let mut raw = Vec::new();
         each_stream!(&mut s, |stream: &mut Vec<u8>| {
@@ -208,15 +275,14 @@ impl Structure {
         });
         let mut out = vec![ENCODING_VERSION];
         uleb(&mut out, raw.len() as u64);
-        let mut encoder = DeflateEncoder::new(out, flate2::Compression::new(3));
-        encoder.write_all(&raw).expect("writing to memory");
-        encoder.finish().expect("writing to memory")
+        out.extend(zstd::bulk::compress(&raw, ZSTD_LEVEL).expect("compressing in memory"));
+        out
     }
 
     /// The stored form read back; `None` (the writes load) when it does not read.
     pub fn decode(bytes: &[u8]) -> Option<Structure> {
         let (&version, rest) = bytes.split_first()?;
-        if version != ENCODING_VERSION {
+        if version != ENCODING_VERSION && version != DIFFERENCES_VERSION {
             return None;
         }
         let (raw_len, compressed) = leb128::split_uleb(rest)?;
@@ -224,8 +290,17 @@ impl Structure {
         if raw_len > compressed.len().saturating_mul(MAX_INFLATION) {
             return None;
         }
-        let mut raw = Vec::with_capacity(raw_len);
-        DeflateDecoder::new(compressed).take(raw_len as u64 + 1).read_to_end(&mut raw).ok()?;
+        let raw = match version {
+            DIFFERENCES_VERSION => {
+                let mut raw = Vec::with_capacity(raw_len);
+                DeflateDecoder::new(compressed)
+                    .take(raw_len as u64 + 1)
+                    .read_to_end(&mut raw)
+                    .ok()?;
+                raw
+            }
+            _ => zstd::bulk::decompress(compressed, raw_len).ok()?,
+        };
         if raw.len() != raw_len {
             return None;
         }
@@ -241,11 +316,12 @@ impl Structure {
         if !ok || !all.0.is_empty() {
             return None;
         }
-        read_streams(&s)
+        read_streams(&s, version)
     }
 }
 
-fn read_streams(s: &Streams) -> Option<Structure> {
+fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
+    let recent_ids = version >= ENCODING_VERSION;
     let mut actors_stream = Reader(&s.actors);
     let (mut actors, mut latest_max_op) = (Vec::new(), Vec::new());
     for _ in 0..actors_stream.uleb()? {
@@ -286,21 +362,34 @@ fn read_streams(s: &Streams) -> Option<Structure> {
         ]
         .map(|stream| Reader(stream));
     let mut objects = HashMap::new();
-    let (mut previous, mut previous_parent) = (0u64, 0u64);
+    let (mut previous, mut previous_parent) = (ROOT, 0u64);
+    let mut parents = Recent::new();
     while !obj_counter.0.is_empty() {
         let obj = OpId {
-            counter: previous.checked_add(obj_counter.uleb()?)?,
+            counter: previous.counter.checked_add(obj_counter.uleb()?)?,
             actor: actor(&mut obj_actor)?,
         };
-        previous = obj.counter;
         let code = obj_code.byte()?;
         let kind = ObjKind::from_code(code & 0xf)?;
         let parent = match parent_tag.byte()? {
             PARENT_NONE => None,
             tag => {
-                let counter = previous_parent.wrapping_add(parent_obj.sleb()? as u64);
-                previous_parent = counter;
-                let parent = OpId { counter, actor: actor(&mut parent_obj)? };
+                let parent = if recent_ids {
+                    let parent = match parent_obj.uleb()? {
+                        PARENT_PREVIOUS => previous,
+                        WRITTEN_OUT => {
+                            let counter = obj.counter.wrapping_add(parent_obj.sleb()? as u64);
+                            OpId { counter, actor: actor(&mut parent_obj)? }
+                        }
+                        place => parents.get(place)?,
+                    };
+                    parents.put(parent);
+                    parent
+                } else {
+                    let counter = previous_parent.wrapping_add(parent_obj.sleb()? as u64);
+                    previous_parent = counter;
+                    OpId { counter, actor: actor(&mut parent_obj)? }
+                };
                 let key = match tag {
                     PARENT_KEY => ParentKey::Map(key(&mut parent_key)?),
                     PARENT_OWN_ELEMENT => ParentKey::Elem(obj),
@@ -341,11 +430,26 @@ fn read_streams(s: &Streams) -> Option<Structure> {
                 let count = run_count.uleb()?;
                 let mut runs = Vec::with_capacity(count.min(1 << 16) as usize);
                 let mut end = obj.counter;
+                let mut ends = Recent::new();
                 for _ in 0..count {
                     let actor = actor(&mut run_actor)?;
-                    let start = end.wrapping_add(run_start.sleb()? as u64);
+                    let start = match recent_ids {
+                        true => match run_start.uleb()? {
+                            WRITTEN_OUT => end.wrapping_add(run_start.sleb()? as u64),
+                            place => {
+                                let (known_actor, start) = ends.get(place)?;
+                                if known_actor != actor {
+                                    return None;
+                                }
+                                ends.forget(place as usize);
+                                start
+                            }
+                        },
+                        false => end.wrapping_add(run_start.sleb()? as u64),
+                    };
                     let len = run_len.uleb()?;
                     end = start.checked_add(len)?;
+                    ends.put((actor, end));
                     let state = match run_state.byte()? {
                         STATE_HIDDEN => ElemState::Hidden,
                         STATE_SHOWN => ElemState::Shown {
@@ -366,6 +470,7 @@ fn read_streams(s: &Streams) -> Option<Structure> {
             _ => return None,
         };
         objects.insert(obj, Object { kind, parent, body });
+        previous = obj;
     }
     Some(Structure { actors, latest_max_op, objects })
 }
@@ -465,16 +570,52 @@ mod tests {
         assert_eq!(structure.encode(), encoded);
     }
 
+    /// What version 2 wrote for [`sample`]'s document (DEFLATE, ids as differences).
+    const SAMPLE_IN_VERSION_2: &str = "02792dcbb10dc2401005d1f9bbeb4b7d70211550003d5008173830041c12d48084e8804e48e9800a2804d97238d29ba2bcdf7c1fb7f2be5f3eabe76ff7da92bba1d5f11cad5e5b1c4ec71aa8570004654d20599a3263c24c8ecc2579961cf02e61be2c02857952086966e07f";
+
+    #[test]
+    fn reads_what_version_2_wrote() {
+        let bytes: Vec<u8> = (0..SAMPLE_IN_VERSION_2.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&SAMPLE_IN_VERSION_2[at..at + 2], 16).unwrap())
+            .collect();
+        assert_eq!(bytes[0], DIFFERENCES_VERSION);
+        // The sample's actor is random: all else is the same.
+        let (old, new) =
+            (Structure::decode(&bytes).unwrap(), Structure::decode(&sample()).unwrap());
+        assert_eq!((old.objects, old.latest_max_op), (new.objects, new.latest_max_op));
+    }
+
+    /// Ids that repeat are written as their place among the recent ones, and read back.
+    #[test]
+    fn recent_ids_read_back() {
+        let mut doc = AutoCommit::new();
+        let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
+        doc.splice_text(&text, 0, 0, "a long run of text typed in one go").unwrap();
+        for at in [30, 20, 10, 5, 2] {
+            doc.splice_text(&text, at, 1, "xy").unwrap();
+        }
+        let list = doc.put_object(ROOT, "list", ObjType::List).unwrap();
+        for at in 0..20 {
+            let item = doc.insert_object(&list, at, ObjType::Map).unwrap();
+            doc.put_object(&item, "inner", ObjType::Map).unwrap();
+            doc.put_object(&item, "more", ObjType::List).unwrap();
+        }
+        let structure = Structure::of_save(&doc.save()).unwrap().0;
+        assert_eq!(Structure::decode(&structure.encode()), Some(structure));
+    }
+
     #[test]
     fn refuses_cut_and_inflated_forms() {
         let encoded = sample();
         for len in 0..encoded.len() {
             assert_eq!(Structure::decode(&encoded[..len]), None, "cut at {len}");
         }
-        // A raw length beyond what DEFLATE can make of the bytes is refused unread.
+        // A raw length beyond what the bytes can make is refused unread.
+        let (_, compressed) = leb128::split_uleb(&encoded[1..]).unwrap();
         let mut claims_more = vec![ENCODING_VERSION];
         leb128::write_uleb(&mut claims_more, u64::MAX >> 1);
-        claims_more.extend_from_slice(&encoded[2..]);
+        claims_more.extend_from_slice(compressed);
         assert_eq!(Structure::decode(&claims_more), None);
     }
 
@@ -483,6 +624,10 @@ mod tests {
         fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Structure::decode(&bytes);
             let mut framed = vec![ENCODING_VERSION];
+            leb128::write_uleb(&mut framed, bytes.len() as u64);
+            framed.extend(zstd::bulk::compress(&bytes, ZSTD_LEVEL).unwrap());
+            let _ = Structure::decode(&framed);
+            let mut framed = vec![DIFFERENCES_VERSION];
             leb128::write_uleb(&mut framed, bytes.len() as u64);
             let mut encoder = DeflateEncoder::new(framed, flate2::Compression::new(3));
             encoder.write_all(&bytes).unwrap();
