@@ -55,6 +55,12 @@ pub fn read_sleb(mut next: impl FnMut() -> Option<u8>) -> Option<i64> {
 
 /// The unsigned number `bytes` start with, as [`read_uleb`] reads it, and the bytes after.
 pub fn split_uleb(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    // Most numbers the structure index reads are below 128: one byte, no loop.
+    if let Some((&byte, rest)) = bytes.split_first() {
+        if byte < 0x80 {
+            return Some((u64::from(byte), rest));
+        }
+    }
     let mut rest = bytes.iter();
     let value = read_uleb(|| rest.next().copied())?;
     Some((value, rest.as_slice()))

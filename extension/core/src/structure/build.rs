@@ -1,14 +1,12 @@
 //! Building the index from a save's operation columns, one operation group at a time.
 
-use std::collections::HashMap;
-
 use automerge::ActorId;
 use smallvec::SmallVec;
 
 use super::runs::push_run;
 use super::{
-    Body, ElemState, MapKeys, ObjKind, Object, OpId, ParentKey, Run, Structure, ValueKind, ValueOp,
-    ROOT,
+    Body, ElemState, MapKeys, ObjKind, Object, Objects, OpId, ParentKey, Run, Structure, ValueKind,
+    ValueOp, ROOT,
 };
 use crate::doc_ops::{action, DocumentOps, RawKey, RawOp, RawOpId, RawValue};
 
@@ -59,7 +57,7 @@ struct Builder {
 
 impl Builder {
     fn new(actors: Vec<ActorId>) -> Builder {
-        let mut objects = HashMap::new();
+        let mut objects = Objects::default();
         objects.insert(
             ROOT,
             Object { kind: ObjKind::Map, parent: None, body: Body::Map(MapKeys::default()) },

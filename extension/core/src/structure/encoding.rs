@@ -6,8 +6,8 @@
 //! insertion goes on) are written as their place among the recently written ones
 //! (encoding version 3); version 2, which wrote them as differences, still reads.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use rustc_hash::FxHashMap;
+use std::io::Read;
 use std::rc::Rc;
 
 use automerge::ActorId;
@@ -16,8 +16,8 @@ use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 
 use super::{
-    Body, ElemState, KeyName, MapKeys, ObjKind, Object, OpId, ParentKey, Run, Structure, ValueKind,
-    ValueOp, Values, ROOT,
+    Body, ElemState, KeyName, MapKeys, ObjKind, Object, Objects, OpId, ParentKey, Run, Structure,
+    ValueKind, ValueOp, Values, ROOT,
 };
 use crate::leb128;
 
@@ -120,33 +120,48 @@ fn difference(value: u64, from: u64) -> i64 {
 }
 
 /// The last [`RECENT`] ids written, the latest first; the writer and the reader keep the
-/// same list, so an id found there is written as its place.
-struct Recent<T>(Vec<T>);
+/// same list, so an id found there is written as its place. A ring: a write decodes and
+/// encodes one for every run of a long text, and putting one first moves nothing.
+struct Recent<T> {
+    items: [T; RECENT],
+    /// Where the latest is.
+    first: usize,
+    len: usize,
+}
 
-impl<T: Copy + PartialEq> Recent<T> {
+impl<T: Copy + PartialEq + Default> Recent<T> {
     fn new() -> Recent<T> {
-        Recent(Vec::with_capacity(RECENT + 1))
+        Recent { items: [T::default(); RECENT], first: 0, len: 0 }
+    }
+
+    fn at(&self, place: usize) -> usize {
+        (self.first + place) % RECENT
     }
 
     fn place(&self, item: T) -> Option<usize> {
-        self.0.iter().position(|known| *known == item)
+        (0..self.len).find(|place| self.items[self.at(*place)] == item)
     }
 
     fn get(&self, place: u64) -> Option<T> {
-        self.0.get(usize::try_from(place).ok()?).copied()
+        let place = usize::try_from(place).ok().filter(|place| *place < self.len)?;
+        Some(self.items[self.at(place)])
     }
 
-    /// Puts `item` first.
+    /// Puts `item` first, dropping the oldest when full. An item already there stays
+    /// where it is: who puts one found there forgets it first.
     fn put(&mut self, item: T) {
-        if let Some(place) = self.place(item) {
-            self.0.remove(place);
-        }
-        self.0.insert(0, item);
-        self.0.truncate(RECENT);
+        self.first = self.at(RECENT - 1);
+        self.items[self.first] = item;
+        self.len = (self.len + 1).min(RECENT);
     }
 
+    /// Drops the item at `place` (which is there), moving the later ones up.
     fn forget(&mut self, place: usize) {
-        self.0.remove(place);
+        for newer in (1..=place).rev() {
+            self.items[self.at(newer)] = self.items[self.at(newer - 1)];
+        }
+        self.first = self.at(1);
+        self.len -= 1;
     }
 }
 
@@ -160,7 +175,7 @@ impl Structure {
             s.actors.extend_from_slice(actor.to_bytes());
             uleb(&mut s.actors, latest.map_or(0, |max_op| max_op + 1));
         }
-        let mut keys: HashMap<KeyName, u64> = HashMap::new();
+        let mut keys: FxHashMap<KeyName, u64> = FxHashMap::default();
         let mut key_index =
             |s: &mut Streams, key: &KeyName, out: fn(&mut Streams) -> &mut Vec<u8>| {
                 let next = keys.len() as u64;
@@ -189,7 +204,10 @@ impl Structure {
                 None => s.parent_tag.push(PARENT_NONE),
                 Some((parent, key)) => {
                     match parents.place(*parent) {
-                        Some(place) => uleb(&mut s.parent_obj, place as u64),
+                        Some(place) => {
+                            uleb(&mut s.parent_obj, place as u64);
+                            parents.forget(place);
+                        }
                         None if *parent == previous => uleb(&mut s.parent_obj, PARENT_PREVIOUS),
                         None => {
                             uleb(&mut s.parent_obj, WRITTEN_OUT);
@@ -361,7 +379,8 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
             &s.run_kind,
         ]
         .map(|stream| Reader(stream));
-    let mut objects = HashMap::new();
+    // Each object takes at least a byte of its counter stream.
+    let mut objects = Objects::with_capacity_and_hasher(s.obj_counter.len(), Default::default());
     let (mut previous, mut previous_parent) = (ROOT, 0u64);
     let mut parents = Recent::new();
     while !obj_counter.0.is_empty() {
@@ -381,7 +400,11 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
                             let counter = obj.counter.wrapping_add(parent_obj.sleb()? as u64);
                             OpId { counter, actor: actor(&mut parent_obj)? }
                         }
-                        place => parents.get(place)?,
+                        place => {
+                            let parent = parents.get(place)?;
+                            parents.forget(place as usize);
+                            parent
+                        }
                     };
                     parents.put(parent);
                     parent
@@ -415,7 +438,7 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
         let body = match code >> 4 {
             0 => {
                 let count = key_count.uleb()?;
-                let mut map = Vec::with_capacity(count.min(1 << 10) as usize);
+                let mut map = Vec::with_capacity(count.min(key_index.0.len() as u64) as usize);
                 for _ in 0..count {
                     let key = key(&mut key_index)?;
                     map.push((key, values()?));
@@ -428,7 +451,8 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
             }
             1 => {
                 let count = run_count.uleb()?;
-                let mut runs = Vec::with_capacity(count.min(1 << 16) as usize);
+                // Each run takes at least a byte of the actor stream.
+                let mut runs = Vec::with_capacity(count.min(run_actor.0.len() as u64) as usize);
                 let mut end = obj.counter;
                 let mut ends = Recent::new();
                 for _ in 0..count {
@@ -551,6 +575,7 @@ mod tests {
     use automerge::transaction::Transactable;
     use automerge::{AutoCommit, ObjType, ROOT};
     use proptest::prelude::*;
+    use std::io::Write;
 
     fn sample() -> Vec<u8> {
         let mut doc = AutoCommit::new();

@@ -13,9 +13,10 @@
 //! Anything it does not model (a non-string scalar inside text, an unexpected order of
 //! operations) makes the object opaque: writes that touch it load.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use automerge::legacy::{ElementId, Key, ObjectId, OpType};
@@ -34,7 +35,7 @@ mod runs;
 use runs::{find, insert_element, set_element_state};
 
 /// An operation id: its counter and its actor's index in [`Structure::actors`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct OpId {
     pub counter: u64,
     pub actor: u32,
@@ -198,6 +199,10 @@ impl ElemState {
     }
 }
 
+/// Every object by its id. Ids are small integers: rustc's fast hash is enough, and a write
+/// decodes and encodes tens of thousands of them.
+pub type Objects = FxHashMap<OpId, Object>;
+
 /// The index of one document.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Structure {
@@ -205,7 +210,7 @@ pub struct Structure {
     /// For each of `actors`, the largest operation counter of its latest change, where
     /// known: what a change that depends on it must start right after.
     pub latest_max_op: Vec<Option<u64>>,
-    pub objects: HashMap<OpId, Object>,
+    pub objects: Objects,
 }
 
 /// The object character of a block marker in text's JSON, as `text()` shows it.
