@@ -118,7 +118,8 @@ fn encode_loaded(
         false => None,
     };
     let (summary, kept, latest_max_op) = summarize(doc);
-    let structure = structure_of(payload, &latest_max_op).map(|s| Cow::Owned(s.encode()));
+    let structure =
+        structure_of(payload, &latest_max_op).map(|s| Cow::Owned(s.encode(appended_changes)));
     let kept = Kept {
         json: json.as_ref().map(|json| json.as_kept()),
         appended_changes,

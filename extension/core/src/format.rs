@@ -414,7 +414,10 @@ impl Header {
         Ok(match self.version {
             2 => {
                 let root = decode_root(bytes)?;
-                Some(Cow::Owned(crate::structure::Structure::of_root_table(&root).encode()))
+                // The root table followed every appended change.
+                let index = crate::structure::Structure::of_root_table(&root);
+                let appended = self.v2.map_or(0, |v2| v2.appended_changes);
+                Some(Cow::Owned(index.encode(appended)))
             }
             _ if bytes.is_empty() => None,
             _ => Some(Cow::Borrowed(bytes)),
@@ -611,7 +614,7 @@ mod tests {
             appended_changes: 2,
             json: json.map(KeptJsonBuf::as_kept),
             clock: clock.into_iter().collect(),
-            structure: Some(Cow::Owned(structure.encode())),
+            structure: Some(Cow::Owned(structure.encode(2))),
         }
     }
 

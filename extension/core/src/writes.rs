@@ -14,7 +14,7 @@
 //!   could store a value that no later load accepts.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use automerge::{
     Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
@@ -155,10 +155,10 @@ fn append(
     let Some(parsed) = parse_changes(changes) else { return Ok(None) };
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = kept.clone();
-    let Some(mut structure) = kept.structure.as_deref().and_then(Structure::decode) else {
+    let mut earlier = Appended::new(value.payload);
+    let Some((mut structure, stored_includes)) = index(&kept, &mut earlier) else {
         return Ok(None);
     };
-    let mut earlier = Appended::new(value.payload);
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
     let mut edits = Vec::new();
     for change in &parsed {
@@ -216,8 +216,13 @@ fn append(
         (None, Some(json)) if settings.keep_json => Some(json),
         _ => None,
     };
-    let kept =
-        Kept { appended_changes, json, structure: Some(Cow::Owned(structure.encode())), ..kept };
+    // The stored index may lack a few appended changes, which the next write replays:
+    // encoding it is most of what an appended write costs on a long text.
+    let structure = match stored_includes {
+        Some(includes) if appended_changes - includes < REENCODE_AFTER => kept.structure.clone(),
+        _ => Some(Cow::Owned(structure.encode(appended_changes))),
+    };
+    let kept = Kept { appended_changes, json, structure, ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -264,28 +269,64 @@ fn deps_max_op(
     })
 }
 
-/// The changes appended to a stored value since its last save, read when a write first
+/// How many appended changes the stored structure index may lack: a write replays those
+/// (each costs about what applying it did), and the write that would pass this encodes
+/// the index anew.
+const REENCODE_AFTER: u32 = 8;
+
+/// The structure index of a stored value as of its last change: what it keeps, with the
+/// appended changes it lacks replayed; and how many appended changes the kept one includes
+/// (`None`: all, and it must be encoded again when it changes). `None` when the value
+/// keeps none, or it does not read.
+fn index(kept: &Kept<'_>, appended: &mut Appended<'_>) -> Option<(Structure, Option<u32>)> {
+    let (mut structure, includes) = Structure::decode(kept.structure.as_deref()?)?;
+    let from = includes.unwrap_or(kept.appended_changes);
+    if from < kept.appended_changes {
+        let changes = appended.changes();
+        if changes.len() != kept.appended_changes as usize {
+            return None;
+        }
+        // Each was checked against the index when it was appended: its counters follow
+        // its dependencies'.
+        for change in &changes[from as usize..] {
+            structure.apply(change, change.start_op().get() - 1)?;
+        }
+    } else if from > kept.appended_changes {
+        return None;
+    }
+    Some((structure, includes))
+}
+
+/// The structure index of a stored value as of its last change (see [`index`]); for tests
+/// and tools.
+pub fn current_index(value: &StoredValue<'_>) -> Option<Structure> {
+    index(value.kept.as_ref()?, &mut Appended::new(value.payload)).map(|(index, _)| index)
+}
+
+/// The changes appended to a stored value since its last save, parsed when a write first
 /// asks: a client that typed while another did depends on changes that are no longer
-/// their actors' latest.
+/// their actors' latest, and the index replays those it lacks.
 struct Appended<'a> {
     payload: &'a [u8],
-    max_ops: Option<HashMap<ChangeHash, u64>>,
+    changes: Option<Vec<Change>>,
 }
 
 impl<'a> Appended<'a> {
     fn new(payload: &'a [u8]) -> Self {
-        Appended { payload, max_ops: None }
+        Appended { payload, changes: None }
+    }
+
+    fn changes(&mut self) -> &[Change] {
+        let payload = self.payload;
+        self.changes.get_or_insert_with(|| {
+            let (_, appended) = crate::document::split_save(payload);
+            parse_changes(appended).unwrap_or_default()
+        })
     }
 
     /// The largest operation counter of the appended change `hash`.
     fn max_op(&mut self, hash: &ChangeHash) -> Option<u64> {
-        let payload = self.payload;
-        let max_ops = self.max_ops.get_or_insert_with(|| {
-            let (_, appended) = crate::document::split_save(payload);
-            let changes = parse_changes(appended).unwrap_or_default();
-            changes.iter().map(|change| (change.hash(), change.max_op())).collect()
-        });
-        max_ops.get(hash).copied()
+        self.changes().iter().find(|change| change.hash() == *hash).map(Change::max_op)
     }
 }
 

@@ -28,8 +28,7 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn kept_index(stored: &[u8]) -> Structure {
-    let kept = format::decode(stored).unwrap().kept.unwrap();
-    Structure::decode(&kept.structure.expect("an index is kept")).expect("the index reads")
+    writes::current_index(&format::decode(stored).unwrap()).expect("the index reads")
 }
 
 /// The objects an index holds, with its actors in one order (a save's index does not

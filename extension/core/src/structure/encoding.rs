@@ -166,8 +166,9 @@ impl<T: Copy + PartialEq + Default> Recent<T> {
 }
 
 impl Structure {
-    /// The stored form.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The stored form, of an index that includes the first `includes` of the changes
+    /// appended to the document since its last save.
+    pub fn encode(&self, includes: u32) -> Vec<u8> {
         let mut s = Streams::default();
         uleb(&mut s.actors, self.actors.len() as u64);
         for (actor, latest) in self.actors.iter().zip(&self.latest_max_op) {
@@ -292,17 +293,25 @@ impl Structure {
             raw.append(stream);
         });
         let mut out = vec![ENCODING_VERSION];
+        uleb(&mut out, u64::from(includes));
         uleb(&mut out, raw.len() as u64);
         out.extend(zstd::bulk::compress(&raw, ZSTD_LEVEL).expect("compressing in memory"));
         out
     }
 
-    /// The stored form read back; `None` (the writes load) when it does not read.
-    pub fn decode(bytes: &[u8]) -> Option<Structure> {
+    /// The stored form read back, and how many of the changes appended since the last
+    /// save it includes (`None`: all of them, as version 2 kept it); `None` (the writes
+    /// load) when it does not read.
+    pub fn decode(bytes: &[u8]) -> Option<(Structure, Option<u32>)> {
         let (&version, rest) = bytes.split_first()?;
-        if version != ENCODING_VERSION && version != DIFFERENCES_VERSION {
-            return None;
-        }
+        let (includes, rest) = match version {
+            ENCODING_VERSION => {
+                let (includes, rest) = leb128::split_uleb(rest)?;
+                (Some(u32::try_from(includes).ok()?), rest)
+            }
+            DIFFERENCES_VERSION => (None, rest),
+            _ => return None,
+        };
         let (raw_len, compressed) = leb128::split_uleb(rest)?;
         let raw_len = usize::try_from(raw_len).ok()?;
         if raw_len > compressed.len().saturating_mul(MAX_INFLATION) {
@@ -334,7 +343,7 @@ impl Structure {
         if !ok || !all.0.is_empty() {
             return None;
         }
-        read_streams(&s, version)
+        Some((read_streams(&s, version)?, includes))
     }
 }
 
@@ -585,14 +594,16 @@ mod tests {
         let items = doc.put_object(ROOT, "items", ObjType::List).unwrap();
         let item = doc.insert_object(&items, 0, ObjType::Map).unwrap();
         doc.put(&item, "done", true).unwrap();
-        Structure::of_save(&doc.save()).unwrap().0.encode()
+        Structure::of_save(&doc.save()).unwrap().0.encode(0)
     }
 
     #[test]
     fn reads_back_what_it_writes() {
         let encoded = sample();
-        let structure = Structure::decode(&encoded).unwrap();
-        assert_eq!(structure.encode(), encoded);
+        let (structure, includes) = Structure::decode(&encoded).unwrap();
+        assert_eq!(structure.encode(includes.unwrap()), encoded);
+        let (_, includes) = Structure::decode(&structure.encode(7)).unwrap();
+        assert_eq!(includes, Some(7));
     }
 
     /// What version 2 wrote for [`sample`]'s document (DEFLATE, ids as differences).
@@ -606,9 +617,10 @@ mod tests {
             .collect();
         assert_eq!(bytes[0], DIFFERENCES_VERSION);
         // The sample's actor is random: all else is the same.
-        let (old, new) =
+        let ((old, all), (new, _)) =
             (Structure::decode(&bytes).unwrap(), Structure::decode(&sample()).unwrap());
         assert_eq!((old.objects, old.latest_max_op), (new.objects, new.latest_max_op));
+        assert_eq!(all, None, "version 2 was kept up to date");
     }
 
     /// Ids that repeat are written as their place among the recent ones, and read back.
@@ -627,7 +639,7 @@ mod tests {
             doc.put_object(&item, "more", ObjType::List).unwrap();
         }
         let structure = Structure::of_save(&doc.save()).unwrap().0;
-        assert_eq!(Structure::decode(&structure.encode()), Some(structure));
+        assert_eq!(Structure::decode(&structure.encode(0)), Some((structure, Some(0))));
     }
 
     #[test]
@@ -637,8 +649,9 @@ mod tests {
             assert_eq!(Structure::decode(&encoded[..len]), None, "cut at {len}");
         }
         // A raw length beyond what the bytes can make is refused unread.
-        let (_, compressed) = leb128::split_uleb(&encoded[1..]).unwrap();
-        let mut claims_more = vec![ENCODING_VERSION];
+        let (_, rest) = leb128::split_uleb(&encoded[1..]).unwrap();
+        let (_, compressed) = leb128::split_uleb(rest).unwrap();
+        let mut claims_more = vec![ENCODING_VERSION, 0];
         leb128::write_uleb(&mut claims_more, u64::MAX >> 1);
         claims_more.extend_from_slice(compressed);
         assert_eq!(Structure::decode(&claims_more), None);
@@ -648,7 +661,7 @@ mod tests {
         #[test]
         fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Structure::decode(&bytes);
-            let mut framed = vec![ENCODING_VERSION];
+            let mut framed = vec![ENCODING_VERSION, 0];
             leb128::write_uleb(&mut framed, bytes.len() as u64);
             framed.extend(zstd::bulk::compress(&bytes, ZSTD_LEVEL).unwrap());
             let _ = Structure::decode(&framed);

@@ -232,3 +232,37 @@ fn a_merge_with_the_same_clients_later_save_loads_only_that_save() {
         WriteSettings { load_limit: LoadLimit(Some(one_load)), ..WriteSettings::UNLIMITED };
     assert_eq!(merge(&older, &newer, one_load_only).unwrap(), newer);
 }
+
+/// Appended writes leave the kept structure index as it was for up to `REENCODE_AFTER`
+/// changes, and the next write replays what it lacks: the index a write works from is
+/// always the one of the whole document.
+#[test]
+fn the_kept_index_lags_a_few_appended_changes_and_is_replayed() {
+    let settings = WriteSettings { append_limit: 100, ..WriteSettings::UNLIMITED };
+    let mut local = doc(1, "a");
+    let text = local.put_object(ROOT, "text", automerge::ObjType::Text).unwrap();
+    let mut stored = stored_from_client_bytes(&local.save(), settings).unwrap();
+    let mut encoded_at = Vec::new();
+    for n in 1..=20u32 {
+        let heads = local.get_heads();
+        local.splice_text(&text, 0, 0, &format!("{n} ")).unwrap();
+        stored = apply(&stored, &local.save_after(&heads), settings).unwrap();
+        let value = format::decode(&stored).unwrap();
+        let kept = value.kept.as_ref().unwrap();
+        assert_eq!(kept.appended_changes, n, "appended");
+        let (_, includes) = Structure::decode(kept.structure.as_deref().unwrap()).unwrap();
+        let includes = includes.unwrap();
+        assert!(n - includes < REENCODE_AFTER, "lags {} changes", n - includes);
+        if includes == n {
+            encoded_at.push(n);
+        }
+        let fresh = crate::document::stored_from_client_bytes(&local.save(), settings).unwrap();
+        let fresh = format::decode(&fresh).unwrap();
+        assert_eq!(
+            current_index(&value).unwrap().canonical(),
+            current_index(&fresh).unwrap().canonical(),
+            "after {n} writes"
+        );
+    }
+    assert_eq!(encoded_at, [8, 16]);
+}
