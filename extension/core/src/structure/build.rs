@@ -164,7 +164,7 @@ impl Builder {
                             [only] if only.id == elem => {
                                 ElemState::Shown { width, kind: only.kind }
                             }
-                            _ => ElemState::Values { width, values: current },
+                            _ => ElemState::Values { width, values: Box::new(current) },
                         };
                         push_run(
                             runs,

@@ -491,7 +491,7 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
                         },
                         STATE_VALUES => ElemState::Values {
                             width: u32::try_from(run_width.uleb()?).ok()?,
-                            values: values()?,
+                            values: Box::new(values()?),
                         },
                         _ => return None,
                     };

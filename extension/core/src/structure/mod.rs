@@ -179,8 +179,9 @@ pub enum ElemState {
     Shown { width: u32, kind: ValueKind },
     /// Deleted elements and mark boundaries.
     Hidden,
-    /// One element whose current values were put after its insertion.
-    Values { width: u32, values: Values },
+    /// One element whose current values were put after its insertion (boxed: few
+    /// elements are, and every run of a long text is the size of this state).
+    Values { width: u32, values: Box<Values> },
 }
 
 impl Run {
@@ -292,7 +293,10 @@ impl Structure {
                             .map(|run| {
                                 let state = match &run.state {
                                     ElemState::Values { width, values: current } => {
-                                        ElemState::Values { width: *width, values: values(current) }
+                                        ElemState::Values {
+                                            width: *width,
+                                            values: Box::new(values(current)),
+                                        }
                                     }
                                     other => other.clone(),
                                 };
@@ -479,7 +483,7 @@ impl Structure {
                         Values::from_buf([ValueOp { id: elem, kind: *kind }])
                     }
                     ElemState::Hidden => Values::new(),
-                    ElemState::Values { values, .. } => values.clone(),
+                    ElemState::Values { values, .. } => Values::clone(values),
                 };
                 let before = self.winner(&current);
                 let (after, increment) = self.replace(&mut current, &pred, value, &op.action)?;
@@ -497,7 +501,7 @@ impl Structure {
                 let new_state = match current.as_slice() {
                     [] => ElemState::Hidden,
                     [only] if only.id == elem => ElemState::Shown { width, kind: only.kind },
-                    _ => ElemState::Values { width, values: current.clone() },
+                    _ => ElemState::Values { width, values: Box::new(current.clone()) },
                 };
                 if let Some(ValueOp { id, kind: ValueKind::Object(kind) }) = value {
                     let parent = Some((obj, ParentKey::Elem(elem)));
