@@ -270,9 +270,9 @@ fn deps_max_op(
 }
 
 /// How many appended changes the stored structure index may lack: a write replays those
-/// (each costs about what applying it did), and the write that would pass this encodes
-/// the index anew.
-const REENCODE_AFTER: u32 = 8;
+/// (each costs about what applying it did: a mark on the rich text about 1 ms, its encode
+/// about 8 ms), and the write that would pass this encodes the index anew.
+const REENCODE_AFTER: u32 = 4;
 
 /// The structure index of a stored value as of its last change: what it keeps, with the
 /// appended changes it lacks replayed; and how many appended changes the kept one includes
