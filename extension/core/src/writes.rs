@@ -281,18 +281,13 @@ const REENCODE_AFTER: u32 = 4;
 fn index(kept: &Kept<'_>, appended: &mut Appended<'_>) -> Option<(Structure, Option<u32>)> {
     let (mut structure, includes) = Structure::decode(kept.structure.as_deref()?)?;
     let from = includes.unwrap_or(kept.appended_changes);
-    if from < kept.appended_changes {
-        let changes = appended.changes();
-        if changes.len() != kept.appended_changes as usize {
-            return None;
-        }
-        // Each was checked against the index when it was appended: its counters follow
-        // its dependencies'.
-        for change in &changes[from as usize..] {
-            structure.apply(change, change.start_op().get() - 1)?;
-        }
-    } else if from > kept.appended_changes {
+    if from > kept.appended_changes {
         return None;
+    }
+    // Each was checked against the index when it was appended: its counters follow its
+    // dependencies'.
+    for change in appended.since(from as usize, kept.appended_changes as usize)? {
+        structure.apply(&change, change.start_op().get() - 1)?;
     }
     Some((structure, includes))
 }
@@ -303,30 +298,50 @@ pub fn current_index(value: &StoredValue<'_>) -> Option<Structure> {
     index(value.kept.as_ref()?, &mut Appended::new(value.payload)).map(|(index, _)| index)
 }
 
-/// The changes appended to a stored value since its last save, parsed when a write first
-/// asks: a client that typed while another did depends on changes that are no longer
-/// their actors' latest, and the index replays those it lacks.
+/// The changes appended to a stored value since its last save, framed when a write first
+/// asks and parsed one by one as it needs them (a value holds up to `append_limit`, and
+/// a write needs few): a client that typed while another did depends on changes that are
+/// no longer their actors' latest, and the index replays those it lacks.
 struct Appended<'a> {
     payload: &'a [u8],
-    changes: Option<Vec<Change>>,
+    chunks: Option<Option<Vec<&'a [u8]>>>,
 }
 
 impl<'a> Appended<'a> {
     fn new(payload: &'a [u8]) -> Self {
-        Appended { payload, changes: None }
+        Appended { payload, chunks: None }
     }
 
-    fn changes(&mut self) -> &[Change] {
+    /// Each appended change's chunk; `None` when they do not frame.
+    fn chunks(&mut self) -> Option<&[&'a [u8]]> {
         let payload = self.payload;
-        self.changes.get_or_insert_with(|| {
-            let (_, appended) = crate::document::split_save(payload);
-            parse_changes(appended).unwrap_or_default()
-        })
+        self.chunks
+            .get_or_insert_with(|| {
+                let (_, appended) = crate::document::split_save(payload);
+                chunk::chunks(appended).map(|chunk| chunk.ok().map(|(_, bytes)| bytes)).collect()
+            })
+            .as_deref()
     }
 
-    /// The largest operation counter of the appended change `hash`.
+    /// The appended changes from the `from`th on, of `count` in all; `None` when the
+    /// value holds another number of them, or one does not parse.
+    fn since(&mut self, from: usize, count: usize) -> Option<Vec<Change>> {
+        if from == count {
+            return Some(Vec::new());
+        }
+        let chunks = self.chunks().filter(|chunks| chunks.len() == count)?;
+        chunks[from..].iter().map(|chunk| parse_change(chunk)).collect()
+    }
+
+    /// The largest operation counter of the appended change `hash`: only a chunk whose
+    /// checksum is the start of that hash is parsed.
     fn max_op(&mut self, hash: &ChangeHash) -> Option<u64> {
-        self.changes().iter().find(|change| change.hash() == *hash).map(Change::max_op)
+        let chunks = self.chunks()?;
+        let candidates = chunks.iter().filter(|chunk| chunk.get(4..8) == Some(&hash.0[..4]));
+        candidates
+            .filter_map(|chunk| parse_change(chunk))
+            .find(|c| c.hash() == *hash)
+            .map(|c| c.max_op())
     }
 }
 
@@ -385,18 +400,18 @@ fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bo
 
 /// The changes in `bytes`, when they are nothing but well-formed change chunks.
 pub(crate) fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
-    chunk::chunks(bytes)
-        .map(|chunk| {
-            let (chunk_type, chunk) = chunk.ok()?;
-            if !matches!(chunk_type, chunk::CHANGE | chunk::COMPRESSED_CHANGE) {
-                return None;
-            }
-            let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
-            // Parsing does not check the checksum (the first bytes of the change's hash, also
-            // for a compressed chunk); every load does, and refuses the whole payload.
-            (chunk.get(4..8)? == &change.hash().0[..4]).then_some(change)
-        })
-        .collect()
+    chunk::chunks(bytes).map(|chunk| parse_change(chunk.ok()?.1)).collect()
+}
+
+/// One change chunk (plain or compressed) parsed; `None` for any other chunk.
+fn parse_change(chunk: &[u8]) -> Option<Change> {
+    if !matches!(chunk.get(8), Some(&(chunk::CHANGE | chunk::COMPRESSED_CHANGE))) {
+        return None;
+    }
+    let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
+    // Parsing does not check the checksum (the first bytes of the change's hash, also for
+    // a compressed chunk); every load does, and refuses the whole payload.
+    (chunk.get(4..8)? == &change.hash().0[..4]).then_some(change)
 }
 
 /// What loading several inputs into one document is estimated to take.
