@@ -198,6 +198,9 @@ pub struct ImageFlags {
     pub sync_server: bool,
 }
 
+/// `soak --max-load-memory` when not given: the extension's default.
+pub const DEFAULT_MAX_LOAD_MEMORY: &str = "2GB";
+
 #[derive(Args, Debug)]
 pub struct SoakFlags {
     /// How long the load runs: `70m`, `90s`, `1h`.
@@ -218,7 +221,7 @@ pub struct SoakFlags {
     /// pg_automerge.max_load_memory for the run (`1GB`, `-1`): the extension's default,
     /// which also admits a merge_agg of three medium documents forked and edited by several
     /// writers (estimated at 1.1 GB in a soak of JS-shaped writes).
-    #[arg(long, default_value = "2GB", allow_hyphen_values = true)]
+    #[arg(long, default_value = DEFAULT_MAX_LOAD_MEMORY, allow_hyphen_values = true)]
     pub max_load_memory: String,
     /// The image to build on, as for `cargo xtask image`.
     #[arg(long, default_value = DEBOOTSTRAP_BASE)]

@@ -10,7 +10,7 @@ use fixtures::load_mix::{self, FULL_LENGTH_SECS};
 use xshell::{cmd, Shell};
 
 use crate::cluster::checkout_id;
-use crate::flags::{OnOff, SoakFlags};
+use crate::flags::{OnOff, SoakFlags, DEFAULT_MAX_LOAD_MEMORY};
 use crate::image;
 use crate::project_root;
 use crate::provenance::Provenance;
@@ -86,7 +86,7 @@ fn results_name(flags: &SoakFlags, date: &str) -> String {
     if flags.trim_threshold != "64MB" {
         name.push_str(&format!("-trim-{}", flags.trim_threshold.to_lowercase()));
     }
-    if flags.max_load_memory != "1GB" {
+    if flags.max_load_memory != DEFAULT_MAX_LOAD_MEMORY {
         name.push_str(&format!("-max-load-{}", flags.max_load_memory.to_lowercase()));
     }
     name
