@@ -1,10 +1,12 @@
 //! The index's stored form: one stream per field (ids as differences from their
 //! neighbours, map keys as indexes into a table of key strings), so that like values sit
-//! together, then zstd over all of it (DEFLATE in version 2: zstd writes the same bytes in
-//! about half the time, and a write re-encodes the index). Objects go in id order, so equal indexes encode
+//! together, then zstd over all of it. Objects go in id order, so equal indexes encode
 //! equally. Ids that repeat (the parent siblings share, the id where a run cut by an
-//! insertion goes on) are written as their place among the recently written ones
-//! (encoding version 3); version 2, which wrote them as differences, still reads.
+//! insertion goes on) are written as their place among the recently written ones.
+//!
+//! Encoding version 3 writes that; version 2, which wrote every id as a difference and
+//! used DEFLATE (zstd encodes the same streams in about half the time, which appended
+//! writes pay), still reads.
 
 use rustc_hash::FxHashMap;
 use std::io::Read;
