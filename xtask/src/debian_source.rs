@@ -11,11 +11,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use xshell::{cmd, Shell};
 
 use crate::postgres::{cache_dir, PgMajor};
-use crate::util::{note, run_logged};
+use crate::util::{note, run_logged, sha256_of};
 
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
@@ -252,9 +251,7 @@ fn orig_checksum(dsc: &Path) -> Result<(String, String)> {
 fn verified(package: &str, version: &str, dir: &Path) -> Result<Source> {
     let (tarball, expected) = orig_checksum(&dir.join(dsc_name(package, version)))?;
     let path = dir.join(&tarball);
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut fs::File::open(&path)?, &mut hasher)?;
-    let actual = hex::encode(hasher.finalize());
+    let actual = sha256_of(&path)?;
     if actual != expected {
         fs::remove_file(&path)?;
         bail!("{tarball}: sha256 {actual} does not match the .dsc's {expected}");

@@ -4,7 +4,8 @@
 //! cluster from that copy with `CREATE EXTENSION pg_automerge` done and sample documents
 //! loaded, starts the sync server (docs/sync-server.md) on it, and prints the psql line
 //! and the server's ws:// URL. A cluster of its own that is down (a crash, a restart of
-//! the machine) is started again. `run --stop` stops both.
+//! the machine) is started again, and one that runs another build's library is restarted.
+//! `run --stop` stops both.
 
 use anyhow::Result;
 use xshell::Shell;
@@ -14,7 +15,7 @@ use crate::flags::{RunFlags, SetupFlags};
 use crate::install::PgInstall;
 use crate::postgres::PgMajor;
 use crate::sync;
-use crate::util::{note, step};
+use crate::util::{note, sha256_of, step};
 
 /// The database `run` and the documentation examples use.
 pub const DATABASE: &str = "pg_automerge";
@@ -42,8 +43,13 @@ impl RunFlags {
             private_install(sh, major, PURPOSE)
         })?;
         step("build and install the extension (release)", || install.install_extension(sh, true))?;
+        let library = sha256_of(&install.library()?)?;
         let cluster = step(&format!("start a {major} cluster with sample documents"), || {
-            start_with_samples(Cluster::new(sh, major, PURPOSE)?.with_install(install), Fresh::No)
+            let cluster = Cluster::new(sh, major, PURPOSE)?.with_install(install);
+            stop_if_its_library_changed(&cluster, &library)?;
+            let cluster = start_with_samples(cluster, Fresh::No)?;
+            std::fs::write(library_stamp(&cluster), &library)?;
+            Ok(cluster)
         })?;
         step("build the sync server (release)", || sync::build_server(true))?;
         let url = step("start the sync server", || {
@@ -63,6 +69,27 @@ impl RunFlags {
         println!("Stop both with: cargo xtask run --stop");
         Ok(())
     }
+}
+
+/// Stops the cluster when it runs another pg_automerge library than the one just installed
+/// (the cluster's directory keeps the SHA-256 of the library it was started with): the
+/// library is preloaded, so every backend forks from a postmaster that keeps the library it
+/// started with, and the cluster would go on running the code of an earlier build.
+fn stop_if_its_library_changed(cluster: &Cluster, installed: &str) -> Result<()> {
+    let started_with = std::fs::read_to_string(library_stamp(cluster)).unwrap_or_default();
+    if cluster.is_running() && started_with.trim() != installed {
+        note(format!(
+            "the {} cluster runs the pg_automerge library of an earlier build: restarting it",
+            cluster.major
+        ));
+        cluster.stop()?;
+    }
+    Ok(())
+}
+
+/// Where the cluster's directory keeps the SHA-256 of the library it runs.
+fn library_stamp(cluster: &Cluster) -> std::path::PathBuf {
+    cluster.dir.join("pg_automerge-library.sha256")
 }
 
 /// Stops `run`'s clusters that run. Stopping needs no install of their own: `pg_ctl stop`
