@@ -156,9 +156,9 @@ fn append(
     let mut heads: BTreeSet<ChangeHash> = value.summary.heads.iter().copied().collect();
     let mut kept = kept.clone();
     let mut earlier = Appended::new(value.payload);
-    let Some((mut structure, stored_includes)) = index(&kept, &mut earlier) else {
-        return Ok(None);
-    };
+    // The index is decoded when the first new change needs it: a write of changes the
+    // document has returns without it, and one past the limit loads anyway.
+    let mut indexed = None;
     let (mut new, mut new_ops) = (Vec::new(), 0u64);
     let mut edits = Vec::new();
     for change in &parsed {
@@ -177,10 +177,19 @@ fn append(
         {
             return Ok(None);
         }
+        let (structure, _) = match &mut indexed {
+            Some(indexed) => indexed,
+            // This change is new, so the write would pass the limit.
+            None if kept.appended_changes >= settings.append_limit => return Ok(None),
+            None => match index(&kept, &mut earlier) {
+                Some(decoded) => indexed.insert(decoded),
+                None => return Ok(None),
+            },
+        };
         // Only operations checked against the structure index are appended: a change that
         // names an object, element or operation the document lacks would be stored and
         // make every later load fail.
-        let Some(deps_max_op) = deps_max_op(change, &heads, &kept, &structure, &mut earlier) else {
+        let Some(deps_max_op) = deps_max_op(change, &heads, &kept, structure, &mut earlier) else {
             return Ok(None);
         };
         let Some(change_edits) = structure.apply(change, deps_max_op) else { return Ok(None) };
@@ -192,9 +201,9 @@ fn append(
         new_ops += change.len() as u64;
         new.push(change);
     }
-    if new.is_empty() {
-        return Ok(Some(stored.to_vec()));
-    }
+    let Some((structure, stored_includes)) = indexed else {
+        return Ok(Some(stored.to_vec())); // every change was in the document
+    };
     let appended_changes = kept.appended_changes.saturating_add(new.len() as u32);
     if appended_changes > settings.append_limit {
         return Ok(None);
