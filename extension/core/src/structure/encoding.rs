@@ -144,9 +144,13 @@ impl<T: Copy + PartialEq + Default> Recent<T> {
         (0..self.len).find(|place| self.items[self.at(*place)] == item)
     }
 
-    fn get(&self, place: u64) -> Option<T> {
+    /// The item at `place` (as read back), which it drops: who reads an id there puts it
+    /// first again, or the id after it.
+    fn take(&mut self, place: u64) -> Option<T> {
         let place = usize::try_from(place).ok().filter(|place| *place < self.len)?;
-        Some(self.items[self.at(place)])
+        let item = self.items[self.at(place)];
+        self.forget(place);
+        Some(item)
     }
 
     /// Puts `item` first, dropping the oldest when full. An item already there stays
@@ -411,11 +415,7 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
                             let counter = obj.counter.wrapping_add(parent_obj.sleb()? as u64);
                             OpId { counter, actor: actor(&mut parent_obj)? }
                         }
-                        place => {
-                            let parent = parents.get(place)?;
-                            parents.forget(place as usize);
-                            parent
-                        }
+                        place => parents.take(place)?,
                     };
                     parents.put(parent);
                     parent
@@ -468,19 +468,14 @@ fn read_streams(s: &Streams, version: u8) -> Option<Structure> {
                 let mut ends = Recent::new();
                 for _ in 0..count {
                     let actor = actor(&mut run_actor)?;
-                    let start = match recent_ids {
-                        true => match run_start.uleb()? {
-                            WRITTEN_OUT => end.wrapping_add(run_start.sleb()? as u64),
-                            place => {
-                                let (known_actor, start) = ends.get(place)?;
-                                if known_actor != actor {
-                                    return None;
-                                }
-                                ends.forget(place as usize);
-                                start
-                            }
+                    // Version 2 wrote every start out.
+                    let code = if recent_ids { run_start.uleb()? } else { WRITTEN_OUT };
+                    let start = match code {
+                        WRITTEN_OUT => end.wrapping_add(run_start.sleb()? as u64),
+                        place => match ends.take(place)? {
+                            (known_actor, start) if known_actor == actor => start,
+                            _ => return None,
                         },
-                        false => end.wrapping_add(run_start.sleb()? as u64),
                     };
                     let len = run_len.uleb()?;
                     end = start.checked_add(len)?;
