@@ -61,15 +61,8 @@ impl JsonCodec for JsonbCodec {
                 }
                 JsonEdit::Remove(_) => call(pg_sys::jsonb_delete_path, datum, &[path]),
                 JsonEdit::Splice(_, at, delete, text) => {
-                    // SAFETY: a jsonb datum and a text[] path; the result may be null.
-                    let found = unsafe {
-                        pgrx::direct_function_call_as_datum(
-                            pg_sys::jsonb_extract_path,
-                            &[Some(datum), Some(path)],
-                        )
-                    };
-                    let Some(found) = found else { return Ok(None) };
-                    let Some(mut string) = scalar_string(&take_bytes(found)) else {
+                    let found = extract_path(datum, path);
+                    let Some(mut string) = found.as_deref().and_then(scalar_string) else {
                         return Ok(None);
                     };
                     if !splice_str(&mut string, *at, *delete, text) {
@@ -79,15 +72,8 @@ impl JsonCodec for JsonbCodec {
                     call(pg_sys::jsonb_set, datum, &[path, value, false.into_datum().unwrap()])
                 }
                 JsonEdit::Increment(..) => {
-                    // SAFETY: a jsonb datum and a text[] path; the result may be null.
-                    let found = unsafe {
-                        pgrx::direct_function_call_as_datum(
-                            pg_sys::jsonb_extract_path,
-                            &[Some(datum), Some(path)],
-                        )
-                    };
-                    let Some(found) = found else { return Ok(None) };
-                    let mut value = self.decode(&take_bytes(found))?;
+                    let Some(found) = extract_path(datum, path) else { return Ok(None) };
+                    let mut value = self.decode(&found)?;
                     if !edit.at(&[]).apply(&mut value) {
                         return Ok(None);
                     }
@@ -134,6 +120,16 @@ fn jsonb_of_string(string: &str) -> Option<pg_sys::Datum> {
         Ok(())
     });
     built.ok()
+}
+
+/// The data of the value at `path` in the `jsonb` datum, the one value a splice or an
+/// increment reads; `None` when the path is not there.
+fn extract_path(datum: pg_sys::Datum, path: pg_sys::Datum) -> Option<Vec<u8>> {
+    // SAFETY: a jsonb datum and a text[] path; the result may be null.
+    let found = unsafe {
+        pgrx::direct_function_call_as_datum(pg_sys::jsonb_extract_path, &[Some(datum), Some(path)])
+    };
+    found.map(take_bytes)
 }
 
 /// A path as the `text[]` that the jsonb path functions take.
