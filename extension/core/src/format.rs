@@ -347,6 +347,11 @@ impl Header {
         }
     }
 
+    /// How many changes follow the payload's save (none before version 2).
+    pub fn appended_changes(&self) -> u32 {
+        self.v2.map_or(0, |v2| v2.appended_changes)
+    }
+
     /// Where the kept JSON ends: what a `jsonb` read fetches.
     pub fn json_end(&self) -> usize {
         self.json.end

@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod cache;
 pub mod chunk;
+pub mod compaction;
 pub mod conflicts;
 pub mod diff;
 pub mod doc_ops;

@@ -1,0 +1,69 @@
+//! Compacting a stored value off the write path, as the adapter's background worker does:
+//! the value read without a lock is loaded and saved anew (the slow part), and the result
+//! is then put onto the value as it is by the time the row is locked. Writes that appended
+//! changes meanwhile only extended the payload, so those changes follow the new save; a
+//! write that loaded, or an upsert that merged, replaced the payload, and the compaction
+//! is dropped.
+
+use std::borrow::Cow;
+
+use crate::document::{self, WriteSettings};
+use crate::format::{self, Kept};
+use crate::{chunk, Error};
+
+/// A value compacted from the payload it had when it was read.
+pub struct Compacted {
+    /// The Automerge bytes that were compacted.
+    from: Vec<u8>,
+    /// Their save, in the stored form: no appended changes.
+    value: Vec<u8>,
+}
+
+impl Compacted {
+    /// Compacts `stored` (one load, within the load limit); `None` when it holds no
+    /// appended changes and is already in the current format.
+    pub fn of(stored: &[u8], settings: WriteSettings) -> Result<Option<Compacted>, Error> {
+        let value = format::decode(stored)?;
+        let appended = value.kept.as_ref().map_or(0, |kept| kept.appended_changes);
+        if appended == 0 && value.version == format::FORMAT_VERSION {
+            return Ok(None);
+        }
+        let compacted = document::compact(stored, settings)?;
+        Ok(Some(Compacted { from: value.payload.to_vec(), value: compacted }))
+    }
+
+    /// The compacted value to store in place of `current`, the value as it is now: the
+    /// new save followed by the changes appended since it was read, with the JSON, heads
+    /// and actors `current` keeps. `None` when `current`'s payload no longer starts with
+    /// what was compacted.
+    pub fn onto(&self, current: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let current_value = format::decode(current)?;
+        let Some(since) = current_value.payload.strip_prefix(self.from.as_slice()) else {
+            return Ok(None);
+        };
+        if since.is_empty() {
+            return Ok(Some(self.value.clone()));
+        }
+        let Some(kept) = &current_value.kept else { return Ok(None) };
+        let mut appended_changes = 0u32;
+        for chunk in chunk::chunks(since) {
+            match chunk {
+                Ok((chunk::CHANGE | chunk::COMPRESSED_CHANGE, _)) => appended_changes += 1,
+                _ => return Ok(None),
+            }
+        }
+        let compacted = format::decode(&self.value)?;
+        let save = compacted.payload;
+        // The compacted index describes the save alone: it includes none of the changes
+        // after it, which the next write replays.
+        let structure = compacted.kept.and_then(|kept| kept.structure).map(Cow::into_owned);
+        let kept = Kept { appended_changes, structure: structure.map(Cow::Owned), ..kept.clone() };
+        let mut payload = Vec::with_capacity(save.len() + since.len());
+        payload.extend_from_slice(save);
+        payload.extend_from_slice(since);
+        Ok(Some(format::encode(&current_value.summary, &kept, &payload)))
+    }
+}
+
+#[cfg(test)]
+mod tests;
