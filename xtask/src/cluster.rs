@@ -80,6 +80,12 @@ impl Cluster {
         self
     }
 
+    /// This cluster, with the background compactor working in `database`
+    /// (docs/operations.md, "Background compaction").
+    pub fn with_compactor(self, database: &str) -> Cluster {
+        self.with_setting("pg_automerge.compactor_database", database)
+    }
+
     /// Starts a cluster whatever state it was left in, saying what it found when that was
     /// not a clean stop: down after a crash or a restart of the machine (a stale
     /// `postmaster.pid`), or a postmaster that no longer answers, which is stopped first.

@@ -45,7 +45,8 @@ impl RunFlags {
         step("build and install the extension (release)", || install.install_extension(sh, true))?;
         let library = sha256_of(&install.library()?)?;
         let cluster = step(&format!("start a {major} cluster with sample documents"), || {
-            let cluster = Cluster::new(sh, major, PURPOSE)?.with_install(install);
+            let cluster =
+                Cluster::new(sh, major, PURPOSE)?.with_install(install).with_compactor(DATABASE);
             stop_if_its_library_changed(&cluster, &library)?;
             let cluster = start_with_samples(cluster, Fresh::No)?;
             std::fs::write(library_stamp(&cluster), &library)?;

@@ -367,7 +367,15 @@ fn cluster_checks(
     docs: bool,
     snapshots: bool,
 ) -> Result<(Counts, Counts)> {
-    let cluster: Cluster = start_with_samples(Cluster::new(sh, major, "test")?, Fresh::Yes)?;
+    let cluster = Cluster::new(sh, major, "test")?
+        .with_compactor(cluster_tests::COMPACTOR_DATABASE)
+        .with_setting("pg_automerge.compactor_naptime", "100ms");
+    let cluster: Cluster = start_with_samples(cluster, Fresh::Yes)?;
+    // The compactor's database is made after the server starts: its worker fails to connect
+    // until then, and the postmaster starts it again.
+    let compactor = cluster_tests::COMPACTOR_DATABASE;
+    cluster.psql("postgres", &format!("CREATE DATABASE {compactor};"))?;
+    cluster.psql(compactor, "CREATE EXTENSION pg_automerge;")?;
     let examples = if docs { doc_examples::check_all(&cluster) } else { Ok(Counts::default()) };
     let checks = examples.and_then(|examples| {
         if !snapshots {

@@ -25,6 +25,10 @@ pub const RELIABILITY_PRIMARY: &str = "PRIMARY";
 pub const RELIABILITY_STANDBY: &str = "STANDBY";
 pub const RELIABILITY_SUBSCRIBER: &str = "SUBSCRIBER";
 
+/// The database of the test cluster where the background compactor works, apart from the
+/// samples' database: there, other tests see values as their writes left them.
+pub const COMPACTOR_DATABASE: &str = "compactor";
+
 /// The value of a variable `cargo xtask test` sets for these tests.
 fn env(name: &str) -> String {
     std::env::var(name)
@@ -72,8 +76,23 @@ pub fn strip_psql_location(line: &str) -> &str {
 
 /// A connection whose driver runs on its own task.
 pub async fn connect() -> Client {
-    let (client, connection) =
-        tokio_postgres::connect(&conninfo(), NoTls).await.expect("connecting");
+    connect_with(&conninfo()).await
+}
+
+/// A connection to `database` of the cluster.
+pub async fn connect_to(database: &str) -> Client {
+    let conninfo: Vec<String> = conninfo()
+        .split(' ')
+        .map(|part| match part.starts_with("dbname=") {
+            true => format!("dbname={database}"),
+            false => part.to_string(),
+        })
+        .collect();
+    connect_with(&conninfo.join(" ")).await
+}
+
+async fn connect_with(conninfo: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await.expect("connecting");
     tokio::spawn(async move {
         if let Err(err) = connection.await {
             eprintln!("connection closed: {err}");

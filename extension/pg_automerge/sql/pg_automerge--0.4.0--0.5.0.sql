@@ -239,3 +239,12 @@ CREATE FUNCTION "automerge_storage"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_storage_wrapper';
+
+-- automerge_appended_changes(doc): how many changes follow the value's last save, read
+-- from its header alone; the background compactor looks for values with some.
+CREATE FUNCTION "automerge_appended_changes"(
+	"doc" automerge
+) RETURNS INT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_appended_changes_wrapper';

@@ -114,6 +114,8 @@ impl FromDatum for LazyDoc<'_> {
 /// detoasted copy: comparison functions run once per pair in a sort and must not leak.
 pub struct DocHeader<'a> {
     pub summary: Summary,
+    /// Changes appended after the payload's save.
+    pub appended_changes: u32,
     _borrow: std::marker::PhantomData<&'a ()>,
 }
 
@@ -122,14 +124,14 @@ impl DocHeader<'_> {
     ///
     /// # Safety
     /// `datum` must be a non-null `automerge` value.
-    pub unsafe fn read(datum: pg_sys::Datum) -> Result<Summary, pg_automerge_core::Error> {
+    pub unsafe fn read(datum: pg_sys::Datum) -> Result<format::Header, pg_automerge_core::Error> {
         let varlena: *mut pg_sys::varlena = datum.cast_mut_ptr();
         let prefix = unsafe { prefix_bytes(varlena, format::FIRST_FETCH) };
         let header = match format::Header::len_from(&prefix) {
             Some(len) if len > prefix.len() => unsafe { prefix_bytes(varlena, len) },
             _ => prefix,
         };
-        format::Header::parse(&header).map(|header| header.summary)
+        format::Header::parse(&header)
     }
 }
 
@@ -155,8 +157,12 @@ impl FromDatum for DocHeader<'_> {
         if is_null || datum.is_null() {
             return None;
         }
-        let summary = unsafe { Self::read(datum) }.or_raise("automerge header");
-        Some(DocHeader { summary, _borrow: std::marker::PhantomData })
+        let header = unsafe { Self::read(datum) }.or_raise("automerge header");
+        Some(DocHeader {
+            appended_changes: header.appended_changes(),
+            summary: header.summary,
+            _borrow: std::marker::PhantomData,
+        })
     }
 }
 

@@ -74,7 +74,7 @@ fn automerge_sortsupport(mut ssup: Internal) {
 /// Reads a sorted document's heads, raising what a bad value raises in `automerge_cmp`.
 unsafe fn heads_of(datum: pg_sys::Datum) -> Vec<automerge::ChangeHash> {
     // SAFETY: a sort hands its comparators non-null values of the sorted column's type.
-    unsafe { DocHeader::read(datum) }.or_raise("automerge_cmp").heads
+    unsafe { DocHeader::read(datum) }.or_raise("automerge_cmp").summary.heads
 }
 
 #[pg_guard]

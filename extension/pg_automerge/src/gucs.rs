@@ -1,6 +1,11 @@
 //! Every `pg_automerge.*` setting, with its getter: what values keep and how writes treat
-//! them (`keep_jsonb`, `append_limit`, `document_cache`), and memory (`trim_threshold`,
-//! `max_load_memory`). docs/operations.md and docs/storage-format.md say what each does.
+//! them (`keep_jsonb`, `append_limit`, `document_cache`), memory (`trim_threshold`,
+//! `max_load_memory`), and the background compactor (`compactor_database`,
+//! `compactor_naptime`, `compact_after`). docs/operations.md and docs/storage-format.md say
+//! what each does.
+
+use std::ffi::CString;
+use std::time::Duration;
 
 use pg_automerge_core::document::{self, LoadLimit, WriteSettings};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -17,6 +22,10 @@ static DOCUMENT_CACHE: GucSetting<i32> =
 static TRIM_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(64);
 static MAX_LOAD_MEMORY: GucSetting<i32> =
     GucSetting::<i32>::new((pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
+
+static COMPACTOR_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static COMPACTOR_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(1000);
+static COMPACT_AFTER: GucSetting<i32> = GucSetting::<i32>::new(1);
 
 pub fn init() {
     GucRegistry::define_bool_guc(
@@ -67,6 +76,37 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_MB,
     );
+    // A postmaster setting can only be defined while the server starts.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        GucRegistry::define_string_guc(
+            c"pg_automerge.compactor_database",
+            c"The database whose automerge columns the background compactor keeps compacted.",
+            c"Empty runs no compactor. Needs pg_automerge in shared_preload_libraries; takes a restart.",
+            &COMPACTOR_DATABASE,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
+    GucRegistry::define_int_guc(
+        c"pg_automerge.compactor_naptime",
+        c"How long the background compactor sleeps after a round that found nothing to compact.",
+        c"Each round reads the header of every row written since the last one, in tables that were written.",
+        &COMPACTOR_NAPTIME,
+        10,
+        86_400_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_automerge.compact_after",
+        c"How many appended changes make the background compactor save a stored value anew.",
+        c"Clients load a value with appended changes more slowly than its save alone.",
+        &COMPACT_AFTER,
+        1,
+        1_000_000,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
 }
 
 /// The settings now in force for writes.
@@ -91,4 +131,20 @@ pub fn load_limit() -> LoadLimit {
 pub fn trim_threshold() -> Option<u64> {
     let mb = TRIM_THRESHOLD.get();
     (mb >= 0).then(|| mb as u64 * MB)
+}
+
+/// The database the background compactor works in (`compactor_database`); `None` runs none.
+pub fn compactor_database() -> Option<String> {
+    let database = COMPACTOR_DATABASE.get()?.into_string().ok()?;
+    (!database.is_empty()).then_some(database)
+}
+
+/// How long the compactor sleeps when it found nothing to do (`compactor_naptime`).
+pub fn compactor_naptime() -> Duration {
+    Duration::from_millis(COMPACTOR_NAPTIME.get().max(10) as u64)
+}
+
+/// How many appended changes make a value worth compacting (`compact_after`).
+pub fn compact_after() -> i32 {
+    COMPACT_AFTER.get().max(1)
 }

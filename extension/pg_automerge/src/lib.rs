@@ -4,6 +4,7 @@
 //! SQL. The Automerge logic itself, and its tests, live in the core crate.
 
 mod casts;
+mod compaction;
 mod conflicts;
 mod datum;
 mod diff;
@@ -31,6 +32,7 @@ mod writes;
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::init();
+    compaction::init();
     memory::init();
     pg_automerge_core::interrupts::install(|| {
         pgrx::check_for_interrupts!();

@@ -188,8 +188,8 @@ fn document_heads(
         );
     }
     // SAFETY: the column is of type automerge, and not null.
-    let summary = unsafe { DocHeader::read(datum) }.or_raise(FUNCTION);
-    Some(heads::to_hex(&summary.heads))
+    let header = unsafe { DocHeader::read(datum) }.or_raise(FUNCTION);
+    Some(heads::to_hex(&header.summary.heads))
 }
 
 /// Whether a type is ours: its input function is `automerge_in`. (Looking the type up by

@@ -19,7 +19,7 @@ use pg_automerge_core::estimate::estimate_stored;
 use pg_automerge_core::format;
 use pgrx::prelude::*;
 
-use crate::datum::StoredDoc;
+use crate::datum::{DocHeader, StoredDoc};
 use crate::errors::OrRaise;
 use crate::gucs;
 
@@ -65,6 +65,14 @@ fn automerge_storage(
     TableIterator::once(row)
 }
 
+/// How many changes were appended to the value since its last save, from its header
+/// alone (its first TOAST chunk): what a load replays after the save, and what the
+/// compactor (`pg_automerge.compactor_database`) looks for.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_appended_changes(doc: DocHeader<'_>) -> i32 {
+    i32::try_from(doc.appended_changes).unwrap_or(i32::MAX)
+}
+
 /// The document saved anew in the current format, with its JSON when `keep_jsonb` is on:
 /// what a write that loads stores. For values written by an older version, with appended
 /// changes, or without JSON.
@@ -102,14 +110,19 @@ mod tests {
             .unwrap();
     }
 
-    /// (format_version, has kept JSON, appended_changes) of row 1.
+    /// (format_version, has kept JSON, appended_changes) of row 1; the appended changes
+    /// read from the header alone agree.
     fn storage() -> (i32, bool, i64) {
-        Spi::get_three::<i32, bool, i64>(
+        let (version, json, appended) = Spi::get_three::<i32, bool, i64>(
             "SELECT s.format_version, s.jsonb_bytes IS NOT NULL, s.appended_changes \
              FROM docs, automerge_storage(doc) s WHERE id = 1",
         )
         .map(|(v, j, a)| (v.unwrap(), j.unwrap(), a.unwrap()))
-        .unwrap()
+        .unwrap();
+        let from_header =
+            Spi::get_one::<i32>("SELECT automerge_appended_changes(doc) FROM docs WHERE id = 1");
+        assert_eq!(from_header, Ok(Some(appended as i32)));
+        (version, json, appended)
     }
 
     fn json_of_row() -> serde_json::Value {

@@ -1,0 +1,157 @@
+//! The background compactor (`pg_automerge.compactor_database`): values that writes appended
+//! changes to are saved anew in the background, with the same document and JSON, while
+//! writers go on appending, and without firing the table's triggers. The test cluster runs
+//! it in its own database, with a naptime of 100 ms.
+
+use std::time::{Duration, Instant};
+
+use automerge::transaction::Transactable;
+use automerge::{ActorId, AutoCommit, AutoSerde, Automerge, ObjType, ReadDoc, ROOT};
+use cluster_tests::{connect_to, COMPACTOR_DATABASE};
+use tokio_postgres::Client;
+
+/// Waits for the compactor to leave `table`'s row 1 with no appended changes.
+async fn compacted(client: &Client, table: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sql = format!("SELECT automerge_appended_changes(doc) FROM {table} WHERE id = 1");
+    while Instant::now() < deadline {
+        let appended: i32 = client.query_one(&sql, &[]).await.unwrap().get(0);
+        if appended == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// The row's document as clients get it, loaded by the automerge crate, and its JSON.
+async fn stored(client: &Client, table: &str) -> (Automerge, serde_json::Value) {
+    let row = client
+        .query_one(&format!("SELECT doc::bytea, doc::jsonb::text FROM {table} WHERE id = 1"), &[])
+        .await
+        .unwrap();
+    (Automerge::load(row.get(0)).unwrap(), serde_json::from_str(row.get(1)).unwrap())
+}
+
+fn json_of(doc: &Automerge) -> serde_json::Value {
+    serde_json::to_value(AutoSerde::from(doc)).unwrap()
+}
+
+/// A table of documents as a JS client writes them (a string as a text object, a list of
+/// items), with a trigger that logs each write, and row 1 inserted.
+async fn documents(client: &Client, table: &str, key: &str) -> AutoCommit {
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}, {table}_log;
+             CREATE TABLE {table} (id int {key}, doc automerge NOT NULL);
+             CREATE TABLE {table}_log (op text);
+             CREATE FUNCTION {table}_logged() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN INSERT INTO {table}_log VALUES (TG_OP); RETURN NULL; END $$;
+             CREATE TRIGGER logged AFTER INSERT OR UPDATE ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION {table}_logged();"
+        ))
+        .await
+        .unwrap();
+    let mut client_doc = AutoCommit::new().with_actor(ActorId::from([0xa1; 16]));
+    let title = client_doc.put_object(ROOT, "title", ObjType::Text).unwrap();
+    client_doc.splice_text(&title, 0, 0, "Minutes").unwrap();
+    let items = client_doc.put_object(ROOT, "items", ObjType::List).unwrap();
+    for n in 0..3 {
+        let item = client_doc.insert_object(&items, n, ObjType::Map).unwrap();
+        client_doc.put(&item, "text", format!("item {n}")).unwrap();
+    }
+    client
+        .execute(&format!("INSERT INTO {table} VALUES (1, $1::bytea)"), &[&client_doc.save()])
+        .await
+        .unwrap();
+    client_doc
+}
+
+/// One write of a JS client's edits: a splice into the title and a nested field.
+fn edit(doc: &mut AutoCommit, n: usize) -> Vec<u8> {
+    let heads = doc.get_heads();
+    let title = doc.get(ROOT, "title").unwrap().unwrap().1;
+    doc.splice_text(&title, 0, 0, &format!("{n} ")).unwrap();
+    let items = doc.get(ROOT, "items").unwrap().unwrap().1;
+    let item = doc.get(&items, n % 3).unwrap().unwrap().1;
+    doc.put(&item, "done", n as i64).unwrap();
+    doc.save_after(&heads)
+}
+
+async fn write(client: &Client, table: &str, change: &[u8]) {
+    let update = format!("UPDATE {table} SET doc = doc || $1::bytea WHERE id = 1");
+    assert_eq!(client.execute(&update, &[&change]).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn appended_changes_are_compacted_in_the_background() {
+    let client = connect_to(COMPACTOR_DATABASE).await;
+    let table = "compacted_docs";
+    let mut doc = documents(&client, table, "PRIMARY KEY").await;
+    for n in 0..5 {
+        write(&client, table, &edit(&mut doc, n)).await;
+    }
+    assert!(compacted(&client, table).await, "the compactor saved the value anew");
+    let (loaded, json) = stored(&client, table).await;
+    assert_eq!(loaded.get_heads(), doc.get_heads());
+    assert_eq!(json, json_of(doc.document()));
+    assert_eq!(json_of(&loaded), json_of(doc.document()));
+    Automerge::load(&loaded.save()).unwrap();
+    let logged: i64 =
+        client.query_one(&format!("SELECT count(*) FROM {table}_log"), &[]).await.unwrap().get(0);
+    assert_eq!(logged, 6, "the insert and the five writes fired the trigger, the compaction not");
+
+    // Later writes append to the compacted value.
+    write(&client, table, &edit(&mut doc, 5)).await;
+    assert!(compacted(&client, table).await);
+    assert_eq!(stored(&client, table).await.1, json_of(doc.document()));
+}
+
+/// Writers that keep appending while the compactor works lose nothing: their changes
+/// follow the new save, and the compactor gets to them in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_keep_every_change_through_compactions() {
+    let setup = connect_to(COMPACTOR_DATABASE).await;
+    let table = "compacted_hot_docs";
+    let mut base = documents(&setup, table, "PRIMARY KEY").await;
+    let writers: Vec<_> = (0..3u8)
+        .map(|w| {
+            let mut doc = base.fork().with_actor(ActorId::from([w + 1; 16]));
+            tokio::spawn(async move {
+                let client = connect_to(COMPACTOR_DATABASE).await;
+                for n in 0..40 {
+                    write(&client, table, &edit(&mut doc, n)).await;
+                }
+                doc
+            })
+        })
+        .collect();
+    let mut merged = base;
+    for writer in writers {
+        merged.merge(&mut writer.await.unwrap()).unwrap();
+    }
+    assert!(compacted(&setup, table).await);
+    let (loaded, json) = stored(&setup, table).await;
+    assert_eq!(loaded.get_heads(), merged.get_heads());
+    assert_eq!(json, json_of(merged.document()));
+}
+
+#[tokio::test]
+async fn a_table_without_a_primary_key_is_left_alone() {
+    let client = connect_to(COMPACTOR_DATABASE).await;
+    let table = "uncompacted_docs";
+    let mut doc = documents(&client, table, "").await;
+    write(&client, table, &edit(&mut doc, 0)).await;
+    // A keyed table written after it is compacted: the compactor has been round since.
+    let keyed = "compacted_after_docs";
+    let mut other = documents(&client, keyed, "PRIMARY KEY").await;
+    write(&client, keyed, &edit(&mut other, 0)).await;
+    assert!(compacted(&client, keyed).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let appended: i32 = client
+        .query_one(&format!("SELECT automerge_appended_changes(doc) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(appended, 1);
+}

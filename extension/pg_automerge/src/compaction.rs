@@ -1,0 +1,267 @@
+//! The background compactor: a worker that saves stored values anew once writes have
+//! appended `pg_automerge.compact_after` changes to them, so that clients load a save
+//! again instead of a save and the changes after it, and writes rarely reach
+//! `append_limit`, where they would load the document themselves.
+//!
+//! It works in `pg_automerge.compactor_database`, on every `automerge` column of a table
+//! with a primary key. Each round looks only at tables written since the last one, and in
+//! them at rows written since (by `xmin`), reading their headers alone. A row is compacted
+//! without a lock (the load and save take the time), then locked and given the result with
+//! whatever changes were appended meanwhile
+//! ([`Compacted::onto`](pg_automerge_core::compaction::Compacted::onto)): writers wait for
+//! that short update only. The update fires no triggers (`session_replication_role` is
+//! `replica` for it): the document is the same.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use pg_automerge_core::compaction::Compacted;
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::spi::SpiTupleTable;
+
+use crate::datum::StoredDoc;
+use crate::gucs;
+
+/// Registers the worker, when the library is preloaded and a database is set.
+pub fn init() {
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    if gucs::compactor_database().is_none() {
+        return;
+    }
+    BackgroundWorkerBuilder::new("pg_automerge compactor")
+        .set_type("pg_automerge compactor")
+        .set_library("pg_automerge")
+        .set_function("automerge_compactor_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(10)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn automerge_compactor_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let Some(database) = gucs::compactor_database() else { return };
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    log!("pg_automerge compactor started in database \"{database}\"");
+    let mut seen = HashMap::new();
+    let mut nap = Duration::ZERO;
+    while BackgroundWorker::wait_latch(Some(nap)) {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        // A round that compacted something goes on at once: a hot row may have more.
+        nap = match round(&mut seen) {
+            0 => gucs::compactor_naptime(),
+            _ => Duration::ZERO,
+        };
+    }
+}
+
+/// A table with `automerge` columns, as the catalog describes it.
+struct Table {
+    oid: u32,
+    /// Its schema-qualified, quoted name.
+    name: String,
+    /// Its `automerge` columns, quoted.
+    columns: Vec<String>,
+    /// Its primary key's columns, quoted, with their types.
+    key: Vec<(String, String)>,
+    /// Inserts and updates so far, from the statistics.
+    writes: i64,
+}
+
+/// What the last round saw of a table: its writes, and the oldest transaction that may
+/// have written a row it did not look at.
+struct Seen {
+    writes: i64,
+    horizon: String,
+}
+
+/// One round over the tables; how many values it compacted.
+fn round(seen: &mut HashMap<u32, Seen>) -> usize {
+    let Some((tables, type_oid, function)) = BackgroundWorker::transaction(catalog) else {
+        return 0;
+    };
+    let mut compacted = 0;
+    for table in tables.iter().filter(|table| !table.key.is_empty()) {
+        if seen.get(&table.oid).is_some_and(|seen| seen.writes == table.writes) {
+            continue;
+        }
+        let horizon = seen.get(&table.oid).map(|seen| seen.horizon.clone());
+        let (rows, next_horizon) = BackgroundWorker::transaction(AssertUnwindSafe(|| {
+            candidates(table, &function, horizon.as_deref())
+        }));
+        seen.insert(table.oid, Seen { writes: table.writes, horizon: next_horizon });
+        for (column, key) in rows {
+            if BackgroundWorker::sigterm_received() {
+                return compacted;
+            }
+            let done = BackgroundWorker::transaction(AssertUnwindSafe(|| {
+                compact_row(table, &column, &key, type_oid)
+            }));
+            compacted += usize::from(done);
+        }
+    }
+    compacted
+}
+
+/// The tables with `automerge` columns, the type's oid and the qualified name of
+/// `automerge_appended_changes`; `None` when the extension is not installed.
+fn catalog() -> Option<(Vec<Table>, pg_sys::Oid, String)> {
+    Spi::connect(|client| {
+        let extension = client
+            .select(
+                "SELECT t.oid, format('%s.automerge_appended_changes', e.extnamespace::regnamespace)
+                 FROM pg_extension e JOIN pg_type t ON t.typnamespace = e.extnamespace
+                 WHERE e.extname = 'pg_automerge' AND t.typname = 'automerge'",
+                None,
+                &[],
+            )
+            .ok()?
+            .first();
+        let type_oid = extension.get::<pg_sys::Oid>(1).ok()??;
+        let function = extension.get::<String>(2).ok()??;
+        let rows = client
+            .select(
+                "WITH keys AS (
+                     SELECT x.indrelid,
+                            array_agg(quote_ident(k.attname::text) ORDER BY i.n) AS names,
+                            array_agg(format_type(k.atttypid, k.atttypmod) ORDER BY i.n) AS types
+                     FROM pg_index x
+                     CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS i(attnum, n)
+                     JOIN pg_attribute k ON k.attrelid = x.indrelid AND k.attnum = i.attnum
+                     WHERE x.indisprimary
+                     GROUP BY x.indrelid)
+                 SELECT c.oid::int8, format('%I.%I', n.nspname, c.relname),
+                        array_agg(quote_ident(a.attname::text) ORDER BY a.attnum),
+                        coalesce(keys.names, '{}'), coalesce(keys.types, '{}'),
+                        pg_stat_get_tuples_inserted(c.oid) + pg_stat_get_tuples_updated(c.oid)
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 LEFT JOIN keys ON keys.indrelid = c.oid
+                 WHERE a.atttypid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
+                 GROUP BY c.oid, n.nspname, c.relname, keys.names, keys.types",
+                None,
+                &[type_oid.into()],
+            )
+            .ok()?;
+        let tables = rows
+            .filter_map(|row| {
+                let key_names: Vec<String> = row.get(4).ok()??;
+                let key_types: Vec<String> = row.get(5).ok()??;
+                Some(Table {
+                    oid: row.get::<i64>(1).ok()?? as u32,
+                    name: row.get(2).ok()??,
+                    columns: row.get(3).ok()??,
+                    key: key_names.into_iter().zip(key_types).collect(),
+                    writes: row.get(6).ok()??,
+                })
+            })
+            .collect();
+        Some((tables, type_oid, function))
+    })
+}
+
+/// `table`'s primary key matched against the text array `$1`.
+fn key_match(table: &Table) -> String {
+    let (names, values): (Vec<_>, Vec<_>) = table
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, (name, type_name))| (name.clone(), format!("$1[{}]::{type_name}", i + 1)))
+        .unzip();
+    format!("({}) = ({})", names.join(", "), values.join(", "))
+}
+
+/// The rows of `table` written since `horizon` (a transaction id; all rows when `None`)
+/// whose values hold at least `compact_after` appended changes, each as the column and its
+/// key as text; and the horizon for the next round.
+fn candidates(
+    table: &Table,
+    function: &str,
+    horizon: Option<&str>,
+) -> (Vec<(String, Vec<String>)>, String) {
+    Spi::connect(|client| {
+        let next_horizon = client
+            .select(
+                "SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::int8 % 4294967296)::text",
+                None,
+                &[],
+            )
+            .and_then(|rows| rows.first().get::<String>(1))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let keys = table.key.iter().map(|(name, _)| format!("{name}::text")).collect::<Vec<_>>();
+        let mut rows = Vec::new();
+        for column in &table.columns {
+            let sql = format!(
+                "SELECT ARRAY[{}] FROM {} WHERE ($1::xid IS NULL OR age(xmin) <= age($1::xid)) \
+                 AND {function}({column}) >= $2",
+                keys.join(", "),
+                table.name,
+            );
+            let args = [horizon.map(str::to_string).into(), gucs::compact_after().into()];
+            let Ok(found) = client.select(&sql, None, &args) else { continue };
+            rows.extend(
+                found
+                    .filter_map(|row| row.get::<Vec<String>>(1).ok().flatten())
+                    .map(|key| (column.clone(), key)),
+            );
+        }
+        (rows, next_horizon)
+    })
+}
+
+/// Compacts one row's value, then puts the result onto the value as it is by then; whether
+/// it did.
+fn compact_row(table: &Table, column: &str, key: &[String], type_oid: pg_sys::Oid) -> bool {
+    let matched = key_match(table);
+    let key_arg = || -> DatumWithOid<'static> { key.to_vec().into() };
+    let select = format!("SELECT {column} FROM {} WHERE {matched}", table.name);
+    let read = Spi::connect(|client| client.select(&select, Some(1), &[key_arg()]).map(stored));
+    let Ok(Some(read)) = read else { return false };
+    let compacted = match Compacted::of(&read, gucs::write_settings()) {
+        Ok(Some(compacted)) => compacted,
+        Ok(None) => return false,
+        Err(err) => {
+            warning!("pg_automerge compactor: {} {key:?}: {err}", table.name);
+            return false;
+        }
+    };
+    drop(read);
+    Spi::connect_mut(|client| {
+        let locked = format!("{select} FOR UPDATE");
+        let Ok(Some(current)) = client.update(&locked, Some(1), &[key_arg()]).map(stored) else {
+            return false;
+        };
+        let put = match compacted.onto(&current) {
+            Ok(Some(put)) => put,
+            Ok(None) => return false,
+            Err(err) => {
+                warning!("pg_automerge compactor: {} {key:?}: {err}", table.name);
+                return false;
+            }
+        };
+        // SAFETY: the oid is the `automerge` type's, which a `StoredDoc` is.
+        let value = unsafe { DatumWithOid::new(StoredDoc::owned(put), type_oid) };
+        let update = format!("UPDATE {} SET {column} = $2 WHERE {matched}", table.name);
+        client.update("SET LOCAL session_replication_role = replica", None, &[]).is_ok()
+            && client.update(&update, None, &[key_arg(), value]).is_ok()
+    })
+}
+
+/// The stored form of the value a query selected, copied out of SPI's memory.
+fn stored(rows: SpiTupleTable<'_>) -> Option<Vec<u8>> {
+    let doc = rows.first().get::<StoredDoc<'_>>(1).ok()??;
+    Some(doc.stored().to_vec())
+}
