@@ -1,8 +1,9 @@
 //! What a client pays to load what pg_automerge returns as changes are appended: the bytes
 //! a read hands out (`doc::bytea`, the last save followed by the changes appended since,
 //! as `document::client_bytes` gives them) after 0, 1, 4, 16 and `append_limit` appended
-//! writes of the kinds a JS client sends, loaded by `@automerge/automerge` 3 and by the
-//! automerge crate.
+//! writes of the kinds a JS client sends, and once the background compactor has folded the
+//! last of those into a new save, loaded by `@automerge/automerge` 3 and by the automerge
+//! crate.
 //!
 //! Criterion times the crate. The JS client is timed in Node
 //! (`examples/node-client/client-loads.mjs`, medians of repeats taken in rounds over every
@@ -18,16 +19,30 @@ use benches::{
     Fixture, AUTOMERGE, JS_CLIENT,
 };
 use criterion::BenchmarkId;
+use pg_automerge_core::compaction::Compacted;
 use pg_automerge_core::document::{self, WriteSettings, DEFAULT_APPEND_LIMIT};
 use pg_automerge_core::{format, writes};
 
 /// How many appended changes each measured value has.
 const APPENDED: [u32; 5] = [0, 1, 4, 16, DEFAULT_APPEND_LIMIT];
+/// The value with the most appended changes once the background compactor has folded them in.
+const COMPACTED: &str = "client/load after compaction";
+
+/// A measured value: after so many appended changes, or `None` once compacted.
+type Returned = Option<u32>;
+
+/// Every measured value.
+fn returned() -> impl Iterator<Item = Returned> {
+    APPENDED.into_iter().map(Some).chain([None])
+}
 
 fn main() {
-    let group = |appended: u32| format!("client/load after {appended} appended");
+    let group = |returned: Returned| match returned {
+        Some(appended) => format!("client/load after {appended} appended"),
+        None => COMPACTED.to_string(),
+    };
     let wanted = |fixture: &Fixture| {
-        APPENDED.iter().any(|&n| {
+        returned().any(|n| {
             [JS_CLIENT, AUTOMERGE]
                 .iter()
                 .any(|client| selected(&format!("{}/{client}/{}", group(n), fixture.name())))
@@ -46,21 +61,21 @@ fn main() {
     }
     let js = js_load_times(&dir, if quick() { 1 } else { 5 });
     for fixture in &measured {
-        for appended in APPENDED {
-            let id = format!("{}/{JS_CLIENT}/{}", group(appended), fixture.name());
+        for returned in returned() {
+            let id = format!("{}/{JS_CLIENT}/{}", group(returned), fixture.name());
             if let (true, Some(&(median_ns, spread_ns))) =
-                (selected(&id), js.get(&file_name(fixture, appended)))
+                (selected(&id), js.get(&file_name(fixture, returned)))
             {
-                record_time(&group(appended), JS_CLIENT, &fixture.name(), median_ns, spread_ns);
+                record_time(&group(returned), JS_CLIENT, &fixture.name(), median_ns, spread_ns);
             }
         }
     }
     let mut c = criterion();
-    for appended in APPENDED {
-        let mut group = c.benchmark_group(group(appended));
+    for returned in returned() {
+        let mut group = c.benchmark_group(group(returned));
         configure(&mut group);
         for fixture in &measured {
-            let bytes = std::fs::read(dir.join(file_name(fixture, appended))).unwrap();
+            let bytes = std::fs::read(dir.join(file_name(fixture, returned))).unwrap();
             group.bench_with_input(
                 BenchmarkId::new(AUTOMERGE, fixture.name()),
                 &bytes,
@@ -72,14 +87,18 @@ fn main() {
     c.final_summary();
 }
 
-fn file_name(fixture: &Fixture, appended: u32) -> String {
-    format!("{}-{appended:02}.automerge", fixture.name())
+fn file_name(fixture: &Fixture, returned: Returned) -> String {
+    match returned {
+        Some(appended) => format!("{}-{appended:02}.automerge", fixture.name()),
+        None => format!("{}-compacted.automerge", fixture.name()),
+    }
 }
 
 /// Stores the fixture as the extension does, then appends the writes a JS client sends to
 /// a document of its kind, one change each, writing what a read returns at each count of
-/// `APPENDED`. Every write must append: a write that loaded would fold the changes into a
-/// new save and measure something else.
+/// `APPENDED`, and what the background compactor makes of the last. Every write must
+/// append: a write that loaded would fold the changes into a new save and measure something
+/// else.
 fn write_returned_bytes(dir: &Path, fixture: &Fixture) {
     let settings = WriteSettings::UNLIMITED;
     let mut stored = document::stored_from_client_bytes(&fixture.save, settings).unwrap();
@@ -95,9 +114,13 @@ fn write_returned_bytes(dir: &Path, fixture: &Fixture) {
         assert_eq!(kept.appended_changes, appended, "{}: a write loaded", fixture.name());
         if APPENDED.contains(&appended) {
             let returned = document::client_bytes(&stored).unwrap();
-            std::fs::write(dir.join(file_name(fixture, appended)), returned).unwrap();
+            std::fs::write(dir.join(file_name(fixture, Some(appended))), returned).unwrap();
         }
     }
+    let compacted = Compacted::of(&stored, settings).unwrap().expect("changes to compact");
+    let compacted = compacted.onto(&stored).unwrap().expect("no write came since");
+    let returned = document::client_bytes(&compacted).unwrap();
+    std::fs::write(dir.join(file_name(fixture, None)), returned).unwrap();
 }
 
 type Times = std::collections::BTreeMap<String, (f64, f64)>;

@@ -41,6 +41,10 @@ fn client_load(appended: u32) -> String {
     format!("load after {appended} appended")
 }
 
+/// The `client` level's operation: a load of what a read returns once the background
+/// compactor has folded the most appended changes into a new save.
+const CLIENT_LOAD_COMPACTED: &str = "load after compaction";
+
 /// How many appended changes a `client` level operation loads, as [`client_load`] names it.
 fn appended_of(operation: &str) -> Option<u32> {
     operation.strip_prefix("load after ")?.strip_suffix(" appended")?.parse().ok()
