@@ -35,6 +35,8 @@ pub struct Config {
     pub memory_bytes: u64,
     pub connections: usize,
     pub gin_fastupdate: bool,
+    /// Whether the background compactor works in the soak's database.
+    pub compactor: bool,
     /// `pg_automerge.trim_threshold` and `pg_automerge.max_load_memory`, as settings.
     pub trim_threshold: String,
     pub max_load_memory: String,
@@ -73,10 +75,17 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let server = container::Server::start(&container::ServerOptions {
         image: config.image.clone(),
         memory_bytes: Some(config.memory_bytes),
-        settings: vec![
+        settings: [
             ("pg_automerge.trim_threshold".into(), config.trim_threshold.clone()),
             ("pg_automerge.max_load_memory".into(), config.max_load_memory.clone()),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            config
+                .compactor
+                .then(|| ("pg_automerge.compactor_database".into(), container::DATABASE.into())),
+        )
+        .collect(),
         run: config.run.clone(),
     })
     .await?;

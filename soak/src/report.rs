@@ -46,6 +46,9 @@ impl Environment {
             "pg_automerge.trim_threshold",
             "pg_automerge.max_load_memory",
             "pg_automerge.append_limit",
+            "pg_automerge.compactor_database",
+            "pg_automerge.compactor_naptime",
+            "pg_automerge.compact_after",
             "autovacuum_vacuum_scale_factor",
         ] {
             let value: String =
@@ -344,6 +347,16 @@ pub async fn write(
         "GIN pending list, pages (min / median / p95 / max)",
         &summary(&pending).replace(" | ", " / "),
     ]);
+    let holding: Vec<f64> = samples.iter().map(|s| s.rows_with_appended as f64).collect();
+    writes_table.row([
+        "rows holding appended changes (automerge_appended_changes > 0; min / median / p95 / max)",
+        &summary(&holding).replace(" | ", " / "),
+    ]);
+    let most: Vec<f64> = samples.iter().map(|s| s.appended_max as f64).collect();
+    writes_table.row([
+        "the most appended changes a row holds (min / median / p95 / max)",
+        &summary(&most).replace(" | ", " / "),
+    ]);
     write!(md, "{writes_table}")?;
     writeln!(
         md,
@@ -524,14 +537,14 @@ fn write_latency_csv(path: &Path, rows: &[LatencyRow]) -> Result<()> {
 fn write_samples_csv(path: &Path, samples: &[Sample]) -> Result<()> {
     let mut csv = String::from(
         "seconds,documents,anonymous_bytes,page_cache_bytes,shared_memory_bytes,wal_bytes,table_bytes,toast_bytes,\
-         toast_live_tuples,toast_dead_tuples,toast_autovacuums,gin_bytes,gin_pending_pages,backends,heap_max_bytes,\
-         heap_sum_bytes,heap_peak_max_bytes,statements,writes,notifications,failures\n",
+         toast_live_tuples,toast_dead_tuples,toast_autovacuums,gin_bytes,gin_pending_pages,rows_with_appended,\
+         appended_max,backends,heap_max_bytes,heap_sum_bytes,heap_peak_max_bytes,statements,writes,notifications,failures\n",
     );
     let optional = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
     for s in samples {
         writeln!(
             csv,
-            "{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             s.at,
             s.rows,
             optional(s.anonymous_bytes),
@@ -545,6 +558,8 @@ fn write_samples_csv(path: &Path, samples: &[Sample]) -> Result<()> {
             s.toast_autovacuums,
             s.gin_bytes,
             s.gin_pending_pages,
+            s.rows_with_appended,
+            s.appended_max,
             s.backends,
             s.heap_max_bytes,
             s.heap_sum_bytes,

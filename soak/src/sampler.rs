@@ -1,5 +1,6 @@
 //! Every few seconds: the container's memory, every backend's Rust heap, WAL, the table's
-//! and its TOAST table's size and dead tuples, the GIN index's pending list.
+//! and its TOAST table's size and dead tuples, the GIN index's pending list, and the changes
+//! appended to the documents since their last save.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,10 @@ pub struct Sample {
     pub toast_autovacuums: i64,
     pub gin_bytes: i64,
     pub gin_pending_pages: i64,
+    /// automerge_appended_changes(doc) over the table: how many rows hold appended changes,
+    /// and the most one holds.
+    pub rows_with_appended: i64,
+    pub appended_max: i64,
     /// automerge_memory_backends(): how many backends, and their Rust heaps.
     pub backends: i64,
     pub heap_max_bytes: i64,
@@ -115,6 +120,15 @@ async fn take(
             &[],
         )
         .await?;
+    let appended = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FILTER (WHERE n > 0), coalesce(max(n), 0)::bigint
+                 FROM (SELECT automerge_appended_changes(doc) AS n FROM {TABLE}) appended"
+            ),
+            &[],
+        )
+        .await?;
     let heaps = client
         .query_one(
             "SELECT count(*), coalesce(max(allocated_bytes), 0)::bigint, coalesce(sum(allocated_bytes), 0)::bigint,
@@ -141,6 +155,8 @@ async fn take(
         toast_autovacuums: storage.get(5),
         gin_bytes: storage.get(6),
         gin_pending_pages: storage.get(7),
+        rows_with_appended: appended.get(0),
+        appended_max: appended.get(1),
         backends: heaps.get(0),
         heap_max_bytes: heaps.get(1),
         heap_sum_bytes: heaps.get(2),

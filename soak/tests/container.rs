@@ -159,6 +159,7 @@ async fn a_short_soak_keeps_every_invariant() {
         memory_bytes: MEMORY_LIMIT,
         connections: 8,
         gin_fastupdate: true,
+        compactor: true,
         trim_threshold: "64MB".into(),
         max_load_memory: "1GB".into(),
         initial_documents: 50,

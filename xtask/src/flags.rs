@@ -215,6 +215,9 @@ pub struct SoakFlags {
     /// fastupdate of the GIN index on the documents' jsonb.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub gin_fastupdate: OnOff,
+    /// The background compactor (pg_automerge.compactor_database) in the soak's database.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub compactor: OnOff,
     /// pg_automerge.trim_threshold for the run (`64MB`, `-1`).
     #[arg(long, default_value = "64MB", allow_hyphen_values = true)]
     pub trim_threshold: String,

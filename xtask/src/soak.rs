@@ -41,6 +41,7 @@ impl SoakFlags {
             "memory_bytes": self.memory,
             "connections": self.connections,
             "gin_fastupdate": self.gin_fastupdate == OnOff::On,
+            "compactor": self.compactor == OnOff::On,
             "trim_threshold": self.trim_threshold,
             "max_load_memory": self.max_load_memory,
             "initial_documents": INITIAL_DOCUMENTS,
@@ -73,6 +74,9 @@ fn results_name(flags: &SoakFlags, date: &str) -> String {
     let mut name = format!("soak-{date}");
     if flags.gin_fastupdate == OnOff::Off {
         name.push_str("-gin-fastupdate-off");
+    }
+    if flags.compactor == OnOff::Off {
+        name.push_str("-compactor-off");
     }
     if flags.duration.as_secs() != FULL_LENGTH_SECS {
         name.push_str(&format!("-{}m", flags.duration.as_secs().div_ceil(60)));
