@@ -1,20 +1,24 @@
 //! The background compactor: a worker that saves stored values anew once writes have
-//! appended `pg_automerge.compact_after` changes to them, so that clients load a save
-//! again instead of a save and the changes after it, and writes rarely reach
-//! `append_limit`, where they would load the document themselves.
+//! appended changes to them, so that clients load a save again instead of a save and the
+//! changes after it, and writes seldom reach `append_limit`, where they would load the
+//! document themselves.
 //!
 //! It works in `pg_automerge.compactor_database`, on every `automerge` column of a table
-//! with a primary key. Each round looks only at tables written since the last one, and in
-//! them at rows written since (by `xmin`), reading their headers alone. A row is compacted
-//! without a lock (the load and save take the time), then locked and given the result with
-//! whatever changes were appended meanwhile
+//! with a primary key. Each round looks at rows written since the last one (by `xmin`, in
+//! tables whose statistics show writes), reading their headers alone. A value with at least
+//! `compact_after` appended changes is compacted once no write has come to it for a
+//! naptime; one still written, once it holds half of `append_limit`, unless such a
+//! compaction was overtaken before (a write loaded first: the document takes longer to load
+//! than its writes take to reach the limit, and compacting it meanwhile would only take a
+//! core from them). A row is compacted without a lock (the load and save take the time),
+//! then locked and given the result with whatever changes were appended meanwhile
 //! ([`Compacted::onto`](pg_automerge_core::compaction::Compacted::onto)): writers wait for
 //! that short update only. The update fires no triggers (`session_replication_role` is
 //! `replica` for it): the document is the same.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pg_automerge_core::compaction::Compacted;
 use pgrx::bgworkers::{
@@ -79,37 +83,112 @@ struct Table {
     writes: i64,
 }
 
-/// What the last round saw of a table: its writes, and the oldest transaction that may
-/// have written a row it did not look at.
+/// A row's value: its column, and its primary key as text.
+type RowKey = (String, Vec<String>);
+
+/// What the last round saw of a table: its writes, the oldest transaction that may have
+/// written a row it did not look at, and the rows it left waiting because writes were
+/// still coming to them.
+#[derive(Default)]
 struct Seen {
-    writes: i64,
-    horizon: String,
+    writes: Option<i64>,
+    horizon: Option<String>,
+    waiting: HashMap<RowKey, Waiting>,
 }
 
-/// One round over the tables; how many values it compacted.
+/// A value left with appended changes while writes still came to it.
+struct Waiting {
+    /// How many it held (`None`: unknown, after a compaction a write overtook).
+    appended: Option<i32>,
+    /// When a round last found it written.
+    written_at: Instant,
+    /// Whether it may be compacted while writes go on: not after such a compaction was
+    /// overtaken by a write that saved the value anew (its load took longer than the
+    /// writes took to reach `append_limit`).
+    eager: bool,
+}
+
+/// What became of one row's compaction.
+#[derive(PartialEq, Eq)]
+enum Outcome {
+    Compacted,
+    /// A write saved the value anew while it was being compacted.
+    Overtaken,
+    /// Nothing to compact, or a value that does not compact (logged).
+    Left,
+}
+
+/// One round over the tables; how many values it compacted. A value with at least
+/// `compact_after` appended changes is compacted once no write has come to it for a
+/// naptime (it went quiet), or at once when it holds half of `append_limit`, before a write
+/// would load to fold them in.
 fn round(seen: &mut HashMap<u32, Seen>) -> usize {
     let Some((tables, type_oid, function)) = BackgroundWorker::transaction(catalog) else {
         return 0;
     };
+    let (compact_after, naptime, now) =
+        (gucs::compact_after(), gucs::compactor_naptime(), Instant::now());
+    let hot_after = compact_after.max((gucs::write_settings().append_limit / 2) as i32);
     let mut compacted = 0;
     for table in tables.iter().filter(|table| !table.key.is_empty()) {
-        if seen.get(&table.oid).is_some_and(|seen| seen.writes == table.writes) {
+        let state = seen.entry(table.oid).or_default();
+        // Unchanged statistics mean no new writes, unless rows wait: statistics lag.
+        let written = if state.writes == Some(table.writes) && state.waiting.is_empty() {
             continue;
+        } else if state.writes == Some(table.writes) {
+            HashMap::new()
+        } else {
+            let (written, horizon) = BackgroundWorker::transaction(AssertUnwindSafe(|| {
+                written_since(table, &function, state.horizon.as_deref())
+            }));
+            state.writes = Some(table.writes);
+            state.horizon = Some(horizon);
+            written
+        };
+        let mut due: Vec<(RowKey, bool)> = Vec::new();
+        let mut waiting = HashMap::new();
+        for (row, left) in state.waiting.drain() {
+            match written.get(&row) {
+                Some(&appended) if Some(appended) != left.appended => {
+                    let left = Waiting { appended: Some(appended), written_at: now, ..left };
+                    waiting.insert(row, left);
+                }
+                _ if now.duration_since(left.written_at) >= naptime => due.push((row, false)),
+                _ => {
+                    waiting.insert(row, left);
+                }
+            }
         }
-        let horizon = seen.get(&table.oid).map(|seen| seen.horizon.clone());
-        let (rows, next_horizon) = BackgroundWorker::transaction(AssertUnwindSafe(|| {
-            candidates(table, &function, horizon.as_deref())
-        }));
-        seen.insert(table.oid, Seen { writes: table.writes, horizon: next_horizon });
-        for (column, key) in rows {
+        for (row, appended) in written {
+            if appended < compact_after || due.iter().any(|(due, _)| *due == row) {
+                continue;
+            }
+            let eager = waiting.get(&row).is_none_or(|left: &Waiting| left.eager);
+            if eager && appended >= hot_after {
+                waiting.remove(&row);
+                due.push((row, true));
+            } else {
+                let left = Waiting { appended: Some(appended), written_at: now, eager };
+                waiting.insert(row, left);
+            }
+        }
+        for (row, hot) in due {
             if BackgroundWorker::sigterm_received() {
                 return compacted;
             }
-            let done = BackgroundWorker::transaction(AssertUnwindSafe(|| {
-                compact_row(table, &column, &key, type_oid)
+            let outcome = BackgroundWorker::transaction(AssertUnwindSafe(|| {
+                compact_row(table, &row.0, &row.1, type_oid)
             }));
-            compacted += usize::from(done);
+            match outcome {
+                Outcome::Compacted => compacted += 1,
+                Outcome::Overtaken if hot => {
+                    let left = Waiting { appended: None, written_at: Instant::now(), eager: false };
+                    waiting.insert(row, left);
+                }
+                Outcome::Overtaken | Outcome::Left => {}
+            }
         }
+        state.waiting = waiting;
     }
     compacted
 }
@@ -182,14 +261,13 @@ fn key_match(table: &Table) -> String {
     format!("({}) = ({})", names.join(", "), values.join(", "))
 }
 
-/// The rows of `table` written since `horizon` (a transaction id; all rows when `None`)
-/// whose values hold at least `compact_after` appended changes, each as the column and its
-/// key as text; and the horizon for the next round.
-fn candidates(
+/// The rows of `table` written since `horizon` (a transaction id; every row when `None`),
+/// each with how many changes its value holds appended; and the horizon for the next round.
+fn written_since(
     table: &Table,
     function: &str,
     horizon: Option<&str>,
-) -> (Vec<(String, Vec<String>)>, String) {
+) -> (HashMap<RowKey, i32>, String) {
     Spi::connect(|client| {
         let next_horizon = client
             .select(
@@ -202,61 +280,66 @@ fn candidates(
             .flatten()
             .unwrap_or_default();
         let keys = table.key.iter().map(|(name, _)| format!("{name}::text")).collect::<Vec<_>>();
-        let mut rows = Vec::new();
+        let mut rows = HashMap::new();
         for column in &table.columns {
             let sql = format!(
-                "SELECT ARRAY[{}] FROM {} WHERE ($1::xid IS NULL OR age(xmin) <= age($1::xid)) \
-                 AND {function}({column}) >= $2",
+                "SELECT ARRAY[{}], {function}({column}) FROM {} \
+                 WHERE {column} IS NOT NULL AND ($1::xid IS NULL OR age(xmin) <= age($1::xid))",
                 keys.join(", "),
                 table.name,
             );
-            let args = [horizon.map(str::to_string).into(), gucs::compact_after().into()];
-            let Ok(found) = client.select(&sql, None, &args) else { continue };
-            rows.extend(
-                found
-                    .filter_map(|row| row.get::<Vec<String>>(1).ok().flatten())
-                    .map(|key| (column.clone(), key)),
-            );
+            let Ok(found) = client.select(&sql, None, &[horizon.map(str::to_string).into()]) else {
+                continue;
+            };
+            rows.extend(found.filter_map(|row| {
+                let key = row.get::<Vec<String>>(1).ok()??;
+                Some(((column.clone(), key), row.get::<i32>(2).ok()??))
+            }));
         }
         (rows, next_horizon)
     })
 }
 
-/// Compacts one row's value, then puts the result onto the value as it is by then; whether
-/// it did.
-fn compact_row(table: &Table, column: &str, key: &[String], type_oid: pg_sys::Oid) -> bool {
+/// Compacts one row's value, then puts the result onto the value as it is by then.
+fn compact_row(table: &Table, column: &str, key: &[String], type_oid: pg_sys::Oid) -> Outcome {
     let matched = key_match(table);
     let key_arg = || -> DatumWithOid<'static> { key.to_vec().into() };
     let select = format!("SELECT {column} FROM {} WHERE {matched}", table.name);
     let read = Spi::connect(|client| client.select(&select, Some(1), &[key_arg()]).map(stored));
-    let Ok(Some(read)) = read else { return false };
+    let Ok(Some(read)) = read else { return Outcome::Left };
     let compacted = match Compacted::of(&read, gucs::write_settings()) {
         Ok(Some(compacted)) => compacted,
-        Ok(None) => return false,
+        Ok(None) => return Outcome::Left,
         Err(err) => {
             warning!("pg_automerge compactor: {} {key:?}: {err}", table.name);
-            return false;
+            return Outcome::Left;
         }
     };
     drop(read);
     Spi::connect_mut(|client| {
         let locked = format!("{select} FOR UPDATE");
         let Ok(Some(current)) = client.update(&locked, Some(1), &[key_arg()]).map(stored) else {
-            return false;
+            return Outcome::Left;
         };
         let put = match compacted.onto(&current) {
             Ok(Some(put)) => put,
-            Ok(None) => return false,
+            Ok(None) => return Outcome::Overtaken,
             Err(err) => {
                 warning!("pg_automerge compactor: {} {key:?}: {err}", table.name);
-                return false;
+                return Outcome::Left;
             }
         };
         // SAFETY: the oid is the `automerge` type's, which a `StoredDoc` is.
         let value = unsafe { DatumWithOid::new(StoredDoc::owned(put), type_oid) };
         let update = format!("UPDATE {} SET {column} = $2 WHERE {matched}", table.name);
-        client.update("SET LOCAL session_replication_role = replica", None, &[]).is_ok()
-            && client.update(&update, None, &[key_arg(), value]).is_ok()
+        let updated =
+            client.update("SET LOCAL session_replication_role = replica", None, &[]).is_ok()
+                && client.update(&update, None, &[key_arg(), value]).is_ok();
+        if updated {
+            Outcome::Compacted
+        } else {
+            Outcome::Left
+        }
     })
 }
 
