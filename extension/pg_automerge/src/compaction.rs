@@ -8,15 +8,15 @@
 //! tables whose statistics show writes), reading their headers alone. A value with at least
 //! `compact_after` appended changes is compacted once no write has come to it for a
 //! naptime; one still written, once it holds half of `append_limit`, unless such a
-//! compaction was overtaken before (a write loaded first: the document takes longer to load
-//! than its writes take to reach the limit, and compacting it meanwhile would only take a
-//! core from them). A row is compacted without a lock (the load and save take the time),
+//! compaction of it was overtaken before (a write loaded first: the document takes longer
+//! to load than its writes take to reach the limit, and compacting it meanwhile would only
+//! take a core from them), after which it is compacted only when quiet. A row is compacted without a lock (the load and save take the time),
 //! then locked and given the result with whatever changes were appended meanwhile
 //! ([`Compacted::onto`](pg_automerge_core::compaction::Compacted::onto)): writers wait for
 //! that short update only. The update fires no triggers (`session_replication_role` is
 //! `replica` for it): the document is the same.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -58,7 +58,7 @@ pub extern "C-unwind" fn automerge_compactor_main(_arg: pg_sys::Datum) {
     log!("pg_automerge compactor started in database \"{database}\"");
     let mut seen = HashMap::new();
     let mut nap = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(nap)) {
+    while !stopping() && BackgroundWorker::wait_latch(Some(nap)) {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
@@ -68,6 +68,12 @@ pub extern "C-unwind" fn automerge_compactor_main(_arg: pg_sys::Datum) {
             _ => Duration::ZERO,
         };
     }
+}
+
+/// Whether the server asked the worker to stop (SIGTERM). Read without clearing it, unlike
+/// `BackgroundWorker::sigterm_received`, so that the main loop sees it too.
+fn stopping() -> bool {
+    unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
 }
 
 /// A table with `automerge` columns, as the catalog describes it.
@@ -94,6 +100,10 @@ struct Seen {
     writes: Option<i64>,
     horizon: Option<String>,
     waiting: HashMap<RowKey, Waiting>,
+    /// Rows whose compaction while they were written was overtaken by a write that saved
+    /// them anew (their load takes longer than their writers take to reach
+    /// `append_limit`): compacted only once quiet from then on.
+    overtaken: HashSet<RowKey>,
 }
 
 /// A value left with appended changes while writes still came to it.
@@ -102,10 +112,6 @@ struct Waiting {
     appended: Option<i32>,
     /// When a round last found it written.
     written_at: Instant,
-    /// Whether it may be compacted while writes go on: not after such a compaction was
-    /// overtaken by a write that saved the value anew (its load took longer than the
-    /// writes took to reach `append_limit`).
-    eager: bool,
 }
 
 /// What became of one row's compaction.
@@ -145,35 +151,37 @@ fn round(seen: &mut HashMap<u32, Seen>) -> usize {
             state.horizon = Some(horizon);
             written
         };
-        let mut due: Vec<(RowKey, bool)> = Vec::new();
+        // Each row due, and whether it is still being written.
+        let mut due: HashMap<RowKey, bool> = HashMap::new();
         let mut waiting = HashMap::new();
         for (row, left) in state.waiting.drain() {
             match written.get(&row) {
                 Some(&appended) if Some(appended) != left.appended => {
-                    let left = Waiting { appended: Some(appended), written_at: now, ..left };
+                    waiting.insert(row, Waiting { appended: Some(appended), written_at: now });
+                }
+                _ if now.duration_since(left.written_at) < naptime => {
                     waiting.insert(row, left);
                 }
-                _ if now.duration_since(left.written_at) >= naptime => due.push((row, false)),
-                _ => {
-                    waiting.insert(row, left);
+                // Quiet: worth compacting unless a write that loaded left it with fewer.
+                _ if left.appended.is_none_or(|appended| appended >= compact_after) => {
+                    due.insert(row, false);
                 }
+                _ => {}
             }
         }
         for (row, appended) in written {
-            if appended < compact_after || due.iter().any(|(due, _)| *due == row) {
+            if appended < compact_after || due.contains_key(&row) {
                 continue;
             }
-            let eager = waiting.get(&row).is_none_or(|left: &Waiting| left.eager);
-            if eager && appended >= hot_after {
+            if appended >= hot_after && !state.overtaken.contains(&row) {
                 waiting.remove(&row);
-                due.push((row, true));
+                due.insert(row, true);
             } else {
-                let left = Waiting { appended: Some(appended), written_at: now, eager };
-                waiting.insert(row, left);
+                waiting.entry(row).or_insert(Waiting { appended: Some(appended), written_at: now });
             }
         }
         for (row, hot) in due {
-            if BackgroundWorker::sigterm_received() {
+            if stopping() {
                 return compacted;
             }
             let outcome = BackgroundWorker::transaction(AssertUnwindSafe(|| {
@@ -182,8 +190,11 @@ fn round(seen: &mut HashMap<u32, Seen>) -> usize {
             match outcome {
                 Outcome::Compacted => compacted += 1,
                 Outcome::Overtaken if hot => {
-                    let left = Waiting { appended: None, written_at: Instant::now(), eager: false };
-                    waiting.insert(row, left);
+                    waiting.insert(
+                        row.clone(),
+                        Waiting { appended: None, written_at: Instant::now() },
+                    );
+                    state.overtaken.insert(row);
                 }
                 Outcome::Overtaken | Outcome::Left => {}
             }

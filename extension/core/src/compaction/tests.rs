@@ -1,5 +1,6 @@
 //! Compaction of a snapshot, put onto the value as later writes left it.
 
+use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, Automerge, ObjId, ObjType, ROOT};
 
@@ -26,6 +27,10 @@ fn type_into(client: &mut AutoCommit, text: &ObjId, stored: &[u8], writes: usize
         let heads = client.get_heads();
         client.splice_text(text, 5, 0, &format!(" {n}")).unwrap();
         client.put(ROOT, "count", n as i64).unwrap();
+        if n % 2 == 1 {
+            let mark = Mark::new("bold".into(), true, 0, 4);
+            client.mark(text, mark, ExpandMark::After).unwrap();
+        }
         stored = writes::apply(&stored, &client.save_after(&heads), SETTINGS).unwrap();
     }
     stored
@@ -62,6 +67,12 @@ fn a_compaction_takes_the_changes_appended_after_it_read_the_value() {
     let reloaded = Automerge::load(value.payload).unwrap();
     assert_eq!(reloaded.get_heads(), client.get_heads());
     Automerge::load(&reloaded.save()).unwrap();
+    // Its spans are the client's, marks included.
+    let notes = ["notes".to_string()];
+    assert_eq!(
+        crate::spans::spans(&loaded, &notes, None).unwrap(),
+        crate::spans::spans(client.document(), &notes, None).unwrap()
+    );
     // The index is the document's once the appended changes are replayed.
     assert_eq!(
         writes::current_index(&value).unwrap().canonical(),
