@@ -38,7 +38,7 @@ pub(super) fn measure(
         PgInstall::shared(major).install_extension(sh, !quick)
     })?;
     let cluster = step(&format!("start a {major} cluster for the SQL benches"), || {
-        start_with_samples(Cluster::new(sh, major, "bench")?.with_compactor(DATABASE), Fresh::Yes)
+        start_with_samples(Cluster::new(sh, major, "bench")?, Fresh::Yes)
     })?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
     let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;

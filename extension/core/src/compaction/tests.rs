@@ -96,6 +96,10 @@ fn with_no_write_since_the_compacted_value_is_put_as_it_is() {
     let put = compacted.onto(&read).unwrap().unwrap();
     assert_eq!(appended(&put), 0);
     assert_eq!(put, document::compact(&read, SETTINGS).unwrap());
+    // The next writes append to it.
+    let after = type_into(&mut client, &text, &put, 5);
+    assert_eq!(appended(&after), 5);
+    assert_eq!(kept_json(&after), json::document(client.document(), None).unwrap());
 }
 
 #[test]
