@@ -29,7 +29,7 @@ impl SoakFlags {
             format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
         let provenance =
             Provenance::collect(sh, &command_line(), &[("extension build", extension_build)])?;
-        let name = results_name(self, &provenance.date);
+        let name = results_name(self, &provenance.date, &provenance.commit);
         let run = run_label("soak");
         remove_leftover_containers(sh, &run)?;
         let results_dir = project_root().join("results").join(&name);
@@ -69,9 +69,10 @@ impl SoakFlags {
     }
 }
 
-/// `soak-<date>` for the default run; other settings add what differs.
-fn results_name(flags: &SoakFlags, date: &str) -> String {
-    let mut name = format!("soak-{date}");
+/// `soak-<date>-<commit>` for the default run (two runs of a day at one commit share it);
+/// other settings add what differs.
+fn results_name(flags: &SoakFlags, date: &str, commit: &str) -> String {
+    let mut name = format!("soak-{date}-{commit}");
     if flags.gin_fastupdate == OnOff::Off {
         name.push_str("-gin-fastupdate-off");
     }
