@@ -168,6 +168,23 @@ pub(super) fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Ve
     goals
 }
 
+/// `measured` against `baseline` as a goal's measure (their ratio of medians, and both), and
+/// whether the ratio is at most `goal`; not measured when either is missing.
+fn ratio_goal(measured: Option<&Row>, baseline: Option<&Row>, goal: f64) -> (String, Option<bool>) {
+    match (measured, baseline) {
+        (Some(measured), Some(baseline)) => {
+            let ratio = measured.median_ns / baseline.median_ns;
+            let text = format!(
+                "{ratio:.2}× ({} against {})",
+                duration(measured.median_ns),
+                duration(baseline.median_ns)
+            );
+            (text, Some(ratio <= goal))
+        }
+        _ => ("not measured".to_string(), None),
+    }
+}
+
 /// On each fixture the clients' loads were measured on: the JS client loads what a read
 /// returns with the most appended changes, and the same once the background compactor has
 /// saved it anew, within [`CLIENT_LOAD_RATIO_GOAL`] of the save alone, so that appending
@@ -198,18 +215,7 @@ fn client_loads(rows: &[Row]) -> Vec<Goal> {
                 find(rows, "client", &alone, JS_CLIENT, fixture),
                 find(rows, "client", operation, JS_CLIENT, fixture),
             );
-            let (measured, met) = match (loaded, saved) {
-                (Some(loaded), Some(saved)) => {
-                    let ratio = loaded.median_ns / saved.median_ns;
-                    let text = format!(
-                        "{ratio:.2}× ({} against {})",
-                        duration(loaded.median_ns),
-                        duration(saved.median_ns)
-                    );
-                    (text, Some(ratio <= CLIENT_LOAD_RATIO_GOAL))
-                }
-                _ => ("not measured".to_string(), None),
-            };
+            let (measured, met) = ratio_goal(loaded, saved, CLIENT_LOAD_RATIO_GOAL);
             goals.push(Goal {
                 goal: goal.clone(),
                 fixture: fixture.to_string(),
@@ -243,18 +249,7 @@ fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
         for &fixture in &fixtures {
             let ours = find(rows, "sql", operation, OURS, fixture);
             let column = find(rows, "sql", operation, JSONB, fixture);
-            let (measured, met) = match (ours, column) {
-                (Some(ours), Some(column)) => {
-                    let ratio = ours.median_ns / column.median_ns;
-                    let text = format!(
-                        "{ratio:.2}× ({} against {})",
-                        duration(ours.median_ns),
-                        duration(column.median_ns)
-                    );
-                    (text, Some(ratio <= JSONB_READ_RATIO_GOAL))
-                }
-                _ => not_measured(),
-            };
+            let (measured, met) = ratio_goal(ours, column, JSONB_READ_RATIO_GOAL);
             goals.push(Goal {
                 goal: format!("{read} against a `jsonb` column"),
                 fixture: fixture.to_string(),
