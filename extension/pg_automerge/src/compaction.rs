@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pg_automerge_core::compaction::Compacted;
@@ -205,12 +206,18 @@ fn round(seen: &mut HashMap<u32, Seen>) -> usize {
 }
 
 /// The tables with `automerge` columns, the type's oid and the qualified name of
-/// `automerge_appended_changes`; `None` when the extension is not installed.
+/// `automerge_appended_changes`; `None` when the extension is not installed, or its SQL is
+/// of a version before that function (said once: `ALTER EXTENSION pg_automerge UPDATE`).
 fn catalog() -> Option<(Vec<Table>, pg_sys::Oid, String)> {
+    static SAID_OUTDATED: AtomicBool = AtomicBool::new(false);
     Spi::connect(|client| {
         let extension = client
             .select(
-                "SELECT t.oid, format('%s.automerge_appended_changes', e.extnamespace::regnamespace)
+                "SELECT t.oid, e.extversion,
+                        (SELECT format('%s.%s', e.extnamespace::regnamespace, p.proname)
+                         FROM pg_proc p
+                         WHERE p.pronamespace = e.extnamespace
+                           AND p.proname = 'automerge_appended_changes')
                  FROM pg_extension e JOIN pg_type t ON t.typnamespace = e.extnamespace
                  WHERE e.extname = 'pg_automerge' AND t.typname = 'automerge'",
                 None,
@@ -219,7 +226,17 @@ fn catalog() -> Option<(Vec<Table>, pg_sys::Oid, String)> {
             .ok()?
             .first();
         let type_oid = extension.get::<pg_sys::Oid>(1).ok()??;
-        let function = extension.get::<String>(2).ok()??;
+        let Some(function) = extension.get::<String>(3).ok()? else {
+            if !SAID_OUTDATED.swap(true, Ordering::Relaxed) {
+                let version = extension.get::<String>(2).ok().flatten().unwrap_or_default();
+                warning!(
+                    "pg_automerge compactor: the extension's SQL in this database is version \
+                     {version}, older than the library; it compacts nothing until \
+                     ALTER EXTENSION pg_automerge UPDATE"
+                );
+            }
+            return None;
+        };
         let rows = client
             .select(
                 "WITH keys AS (
