@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use crate::document::{self, WriteSettings};
 use crate::format::{self, Kept};
-use crate::{chunk, estimate, writes, Error};
+use crate::{estimate, writes, Error};
 
 /// A value compacted from the payload it had when it was read.
 pub struct Compacted {
@@ -59,22 +59,18 @@ impl Compacted {
             return Ok(Some(self.value.clone()));
         }
         let Some(kept) = &current_value.kept else { return Ok(None) };
-        let mut appended_changes = 0u32;
-        for chunk in chunk::chunks(since) {
-            match chunk {
-                Ok((chunk::CHANGE | chunk::COMPRESSED_CHANGE, _)) => appended_changes += 1,
-                _ => return Ok(None),
-            }
-        }
         let compacted = format::decode(&self.value)?;
         let save = compacted.payload;
+        let mut payload = Vec::with_capacity(save.len() + since.len());
+        payload.extend_from_slice(save);
+        payload.extend_from_slice(since);
+        let Some(appended_changes) = document::changes_after_a_save(&payload) else {
+            return Ok(None);
+        };
         // The compacted index describes the save alone: it includes none of the changes
         // after it, which the next write replays.
         let structure = compacted.kept.and_then(|kept| kept.structure).map(Cow::into_owned);
         let kept = Kept { appended_changes, structure: structure.map(Cow::Owned), ..kept.clone() };
-        let mut payload = Vec::with_capacity(save.len() + since.len());
-        payload.extend_from_slice(save);
-        payload.extend_from_slice(since);
         Ok(Some(format::encode(&current_value.summary, &kept, &payload)))
     }
 }

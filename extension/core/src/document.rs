@@ -131,7 +131,7 @@ fn encode_loaded(
 
 /// How many change chunks follow the document chunk that `bytes` start with, when that is
 /// all they hold: the shape of a save, and of a stored payload with changes appended.
-fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
+pub(crate) fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
     let mut chunks = chunk::chunks(bytes);
     if chunks.next()?.ok()?.0 != chunk::DOCUMENT {
         return None;

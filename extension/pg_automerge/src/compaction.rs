@@ -116,7 +116,6 @@ struct Waiting {
 }
 
 /// What became of one row's compaction.
-#[derive(PartialEq, Eq)]
 enum Outcome {
     Compacted,
     /// A write saved the value anew while it was being compacted.
