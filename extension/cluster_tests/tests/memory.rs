@@ -1,5 +1,6 @@
 //! Memory accounting through real sessions: the Rust heap returns to its baseline between
-//! statements, the trim gives memory back to the OS, only superusers change the memory
+//! statements, the structure indexes held for the next write count and can be let go, the
+//! trim gives memory back to the OS, only superusers change the memory
 //! settings, and the shared view lists every backend.
 
 use automerge::transaction::Transactable;
@@ -58,6 +59,50 @@ async fn the_heap_returns_to_its_baseline_between_statements() {
         ROUNDS * MIX.len()
     );
     assert_eq!(after, baseline, "the Rust heap grew between statements");
+}
+
+/// An appending write leaves its document's structure index held for the next write
+/// (`pg_automerge.index_cache`), counted in the Rust heap; the next write hands it on, and a
+/// setting of 0 lets it go when the transaction ends.
+#[tokio::test]
+async fn an_appending_write_holds_its_index_within_index_cache() {
+    let client = connect().await;
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS held_index;
+             CREATE TABLE held_index (id int PRIMARY KEY, doc automerge NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let mut doc = AutoCommit::new().with_actor(ActorId::from([0x4e; 16]));
+    let title = doc.put_object(ROOT, "title", ObjType::Text).unwrap();
+    // Words typed each before the last: an index of as many runs.
+    for word in 0..200 {
+        doc.splice_text(&title, 0, 0, &format!("word {word} ")).unwrap();
+    }
+    let insert = "INSERT INTO held_index VALUES (1, $1::bytea)";
+    client.execute(insert, &[&doc.save()]).await.unwrap();
+    let baseline = allocated(&client).await;
+    let mut write = |n: usize| {
+        let heads = doc.get_heads();
+        doc.splice_text(&title, n, 0, "x").unwrap();
+        doc.save_after(&heads)
+    };
+    let update = "UPDATE held_index SET doc = doc || $1::bytea WHERE id = 1";
+    let appended = "SELECT automerge_appended_changes(doc) FROM held_index";
+    client.execute(update, &[&write(0)]).await.unwrap();
+    let holding = allocated(&client).await;
+    client.execute(update, &[&write(1)]).await.unwrap();
+    let handed_on = allocated(&client).await;
+    let count: i32 = client.query_one(appended, &[]).await.unwrap().get(0);
+    client.batch_execute("SET pg_automerge.index_cache = 0").await.unwrap();
+    let released = allocated(&client).await;
+    println!("index cache: {baseline} bytes, {holding} held, {handed_on} after the next write, {released} with the setting at 0");
+    assert_eq!(count, 2, "both writes appended");
+    assert!(holding > baseline + 1000, "nothing held after an appending write");
+    assert!(handed_on.abs_diff(holding) < 1000, "the next write did not hand the index on");
+    assert_eq!(released, baseline, "a setting of 0 did not let the held index go");
+    client.batch_execute("RESET pg_automerge.index_cache; DROP TABLE held_index").await.unwrap();
 }
 
 /// A plain text of 400,000 characters: loading it peaks at tens of megabytes.

@@ -167,6 +167,11 @@ pub const DEFAULT_APPEND_LIMIT: u32 = 64;
 /// room for the Operations page's largest documents, which keep 10–24 MB once loaded.
 pub const DEFAULT_CACHE_BUDGET: u64 = 64 << 20;
 
+/// How many bytes of structure indexes a backend may hold by default
+/// (`pg_automerge.index_cache`): the index of a JS client's document of a few hundred
+/// kilobytes holds 0.3–1.6 MB, of the Operations page's documents 3–10 MB.
+pub const DEFAULT_INDEX_CACHE_BUDGET: u64 = 32 << 20;
+
 /// How writes load and store documents; the adapter fills it from the `pg_automerge.*`
 /// settings.
 #[derive(Debug, Clone, Copy)]
@@ -183,6 +188,10 @@ pub struct WriteSettings {
     /// `document_cache`: the most bytes the last document loaded from client input may keep
     /// to be held for a merge that follows (see [`cache`](crate::cache)); 0 holds none.
     pub cache_budget: u64,
+    /// `index_cache`: the most bytes the structure indexes of documents this backend wrote
+    /// without a load may hold for the next such write (see
+    /// [`index_cache`](crate::index_cache)); 0 holds none.
+    pub index_cache_budget: u64,
 }
 
 impl WriteSettings {
@@ -193,6 +202,8 @@ impl WriteSettings {
         json_codec: &TextJson,
         append_limit: DEFAULT_APPEND_LIMIT,
         cache_budget: DEFAULT_CACHE_BUDGET,
+        // Each write decodes the stored index, as a backend's first write of a value does.
+        index_cache_budget: 0,
     };
 }
 

@@ -17,6 +17,7 @@ mod guard;
 pub mod heads;
 pub mod history;
 pub mod html;
+pub mod index_cache;
 mod inline;
 pub mod integrity;
 pub mod interrupts;

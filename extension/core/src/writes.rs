@@ -9,7 +9,8 @@
 //!   place (text splices, marks, block splits, map puts and deletes at any depth, list
 //!   inserts and deletes, counter increments, objects made with content, by a client on
 //!   the heads or concurrently) are appended to the stored payload without a load, up to
-//!   `append_limit` of them since the last save, and the kept JSON follows them. Other
+//!   `append_limit` of them since the last save, and the kept JSON follows them; the index
+//!   each such write leaves is held for the next (see [`index_cache`]). Other
 //!   changes are applied to the loaded document: appending what the index cannot check
 //!   could store a value that no later load accepts.
 
@@ -26,7 +27,7 @@ use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
 use crate::kept_json;
 use crate::structure::Structure;
-use crate::{cache, chunk, integrity, memory, Error};
+use crate::{cache, chunk, index_cache, integrity, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
@@ -181,8 +182,10 @@ fn append(
             Some(indexed) => indexed,
             // This change is new, so the write would pass the limit.
             None if kept.appended_changes >= settings.append_limit => return Ok(None),
-            None => match index(&kept, &mut earlier) {
-                Some(decoded) => indexed.insert(decoded),
+            None => match held_index(&value.summary.heads, &kept, settings)
+                .or_else(|| index(&kept, &mut earlier))
+            {
+                Some(found) => indexed.insert(found),
                 None => return Ok(None),
             },
         };
@@ -227,11 +230,11 @@ fn append(
     };
     // The stored index may lack a few appended changes, which the next write replays:
     // encoding it is most of what an appended write costs on a long text.
-    let structure = match stored_includes {
+    let stored_structure = match stored_includes {
         Some(includes) if appended_changes - includes < REENCODE_AFTER => kept.structure.clone(),
         _ => Some(Cow::Owned(structure.encode(appended_changes))),
     };
-    let kept = Kept { appended_changes, json, structure, ..kept };
+    let kept = Kept { appended_changes, json, structure: stored_structure, ..kept };
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
@@ -241,7 +244,28 @@ fn append(
     for change in new {
         payload.extend_from_slice(change.raw_bytes());
     }
-    Ok(Some(format::encode(&summary, &kept, &payload)))
+    let appended = format::encode(&summary, &kept, &payload);
+    if settings.index_cache_budget > 0 {
+        index_cache::keep(summary.heads, structure, settings.index_cache_budget);
+    }
+    Ok(Some(appended))
+}
+
+/// The index that this backend's write of the value's heads left (see [`index_cache`]),
+/// and how many appended changes the stored one includes, as [`index`] returns them.
+fn held_index(
+    heads: &[ChangeHash],
+    kept: &Kept<'_>,
+    settings: WriteSettings,
+) -> Option<(Structure, Option<u32>)> {
+    if settings.index_cache_budget == 0 {
+        return None;
+    }
+    let includes = Structure::includes(kept.structure.as_deref()?)?;
+    if includes.is_some_and(|includes| includes > kept.appended_changes) {
+        return None;
+    }
+    Some((index_cache::take(heads)?, includes))
 }
 
 /// Whether the kept JSON stays as it is: no edits, and already in the layout this build

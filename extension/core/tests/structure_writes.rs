@@ -4,7 +4,9 @@
 //! takes each change through the structure index while another takes it the naive way
 //! (load, apply, save). After every write both show the same heads, JSON and spans; the
 //! index the fast copy kept equals the index built from a fresh save of its document; and
-//! every change of one client on the stored heads was appended, not loaded.
+//! every change of one client on the stored heads was appended, not loaded. A third copy
+//! takes each change through the index the write before it held (`index_cache`), and
+//! stores the same bytes as the copy that decodes the stored index each time.
 
 use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::Transactable;
@@ -13,7 +15,7 @@ use fixtures::wrong_changes::{client_document, honest_edit, Choices};
 use pg_automerge_core::document::{load_stored, stored_from_client_bytes, WriteSettings};
 use pg_automerge_core::kept_json::{self, TextJson};
 use pg_automerge_core::structure::{self, Structure};
-use pg_automerge_core::{format, json, spans, writes};
+use pg_automerge_core::{format, index_cache, json, spans, writes};
 use proptest::prelude::*;
 
 mod support;
@@ -22,6 +24,8 @@ use support::assert_loads;
 const FAST: WriteSettings = WriteSettings { append_limit: 1000, ..WriteSettings::UNLIMITED };
 const NAIVE: WriteSettings =
     WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
+/// Each write starts from the index the write before left, not from the stored one.
+const HELD: WriteSettings = WriteSettings { index_cache_budget: u64::MAX, ..FAST };
 
 fn appended(stored: &[u8]) -> u32 {
     format::decode(stored).unwrap().kept.unwrap().appended_changes
@@ -29,6 +33,16 @@ fn appended(stored: &[u8]) -> u32 {
 
 fn kept_index(stored: &[u8]) -> Structure {
     writes::current_index(&format::decode(stored).unwrap()).expect("the index reads")
+}
+
+/// Whether the write of `stored` left an index held for its heads that equals the stored
+/// one, with the replayed changes; it stays held for the next write.
+fn holds_its_index(stored: &[u8]) -> bool {
+    let heads = format::decode(stored).unwrap().summary.heads;
+    let Some(held) = index_cache::take(&heads) else { return false };
+    let same = objects(&held) == objects(&kept_index(stored));
+    index_cache::keep(heads, held, HELD.index_cache_budget);
+    same
 }
 
 /// The objects an index holds, with its actors in one order (a save's index does not
@@ -102,6 +116,7 @@ proptest! {
         let mut client = client_document(1);
         let mut fast = stored_from_client_bytes(&client.save(), FAST).unwrap();
         let mut naive = stored_from_client_bytes(&client.save(), NAIVE).unwrap();
+        let mut held = fast.clone();
         let mut choices = Choices::new(&bytes);
         let mut made_changes = 0;
         for round in 0..24 {
@@ -118,7 +133,10 @@ proptest! {
             let before = appended(&fast);
             fast = writes::apply(&fast, &change, FAST).unwrap();
             naive = writes::apply(&naive, &change, NAIVE).unwrap();
+            held = writes::apply(&held, &change, HELD).unwrap();
             prop_assert_eq!(appended(&fast), before + 1, "round {}: the change was loaded", round);
+            prop_assert!(held == fast, "round {}: the held index stored another value", round);
+            prop_assert!(holds_its_index(&held), "round {}: no index held", round);
             prop_assert_eq!(loaded_state(&fast), loaded_state(&naive));
             let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
             prop_assert_eq!(&kept, &json::document(&load_stored(&fast).unwrap(), None).unwrap());
@@ -145,13 +163,17 @@ fn changes_made_by_the_js_client_append_and_match_load_apply_save() {
         let save = unhex(&session["save"]);
         let mut fast = stored_from_client_bytes(&save, FAST).unwrap();
         let mut naive = stored_from_client_bytes(&save, NAIVE).unwrap();
+        let mut held = fast.clone();
         let changes = session["changes"].as_array().unwrap();
         assert!(changes.len() > 4, "{name}");
         for (n, change) in changes.iter().map(unhex).enumerate() {
             let before = appended(&fast);
             fast = writes::apply(&fast, &change, FAST).unwrap();
             naive = writes::apply(&naive, &change, NAIVE).unwrap();
+            held = writes::apply(&held, &change, HELD).unwrap();
             assert_eq!(appended(&fast), before + 1, "{name}: change {n} was loaded");
+            assert!(held == fast, "{name}: change {n}: the held index stored another value");
+            assert!(holds_its_index(&held), "{name}: change {n}: no index held");
             assert_eq!(loaded_state(&fast), loaded_state(&naive), "{name}: change {n}");
             let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
             assert_eq!(kept, json::document(&load_stored(&fast).unwrap(), None).unwrap());

@@ -1,5 +1,5 @@
 //! Every `pg_automerge.*` setting, with its getter: what values keep and how writes treat
-//! them (`keep_jsonb`, `append_limit`, `document_cache`), memory (`trim_threshold`,
+//! them (`keep_jsonb`, `append_limit`, `document_cache`, `index_cache`), memory (`trim_threshold`,
 //! `max_load_memory`), and the background compactor (`compactor_database`,
 //! `compactor_naptime`, `compact_after`). docs/operations.md and docs/storage-format.md say
 //! what each does.
@@ -19,6 +19,8 @@ static APPEND_LIMIT: GucSetting<i32> =
     GucSetting::<i32>::new(document::DEFAULT_APPEND_LIMIT as i32);
 static DOCUMENT_CACHE: GucSetting<i32> =
     GucSetting::<i32>::new((document::DEFAULT_CACHE_BUDGET / MB) as i32);
+static INDEX_CACHE: GucSetting<i32> =
+    GucSetting::<i32>::new((document::DEFAULT_INDEX_CACHE_BUDGET / MB) as i32);
 static TRIM_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(64);
 static MAX_LOAD_MEMORY: GucSetting<i32> =
     GucSetting::<i32>::new((pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
@@ -51,6 +53,16 @@ pub fn init() {
         c"Hold the document that client input loaded, for the merge that follows in the transaction, if it keeps at most this much memory.",
         c"An upsert of a full save then loads it once. 0 holds none.",
         &DOCUMENT_CACHE,
+        0,
+        i32::MAX / 2,
+        GucContext::Userset,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_automerge.index_cache",
+        c"Hold the structure indexes of the documents this backend last wrote without a load, up to this much memory.",
+        c"The next such write to one of them starts from the held index instead of decoding the stored one. 0 holds none.",
+        &INDEX_CACHE,
         0,
         i32::MAX / 2,
         GucContext::Userset,
@@ -117,6 +129,7 @@ pub fn write_settings() -> WriteSettings {
         json_codec: &JSONB,
         append_limit: APPEND_LIMIT.get().max(0) as u32,
         cache_budget: DOCUMENT_CACHE.get().max(0) as u64 * MB,
+        index_cache_budget: INDEX_CACHE.get().max(0) as u64 * MB,
     }
 }
 

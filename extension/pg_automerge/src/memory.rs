@@ -74,6 +74,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         return;
     }
     pg_automerge_core::cache::clear();
+    pg_automerge_core::index_cache::fit(gucs::write_settings().index_cache_budget);
     let freed = memory::take_freed_since_trim() as u64;
     if gucs::trim_threshold().is_some_and(|threshold| freed > threshold) {
         // SAFETY: malloc_trim only returns free memory to the kernel.

@@ -309,15 +309,7 @@ impl Structure {
     /// save it includes (`None`: all of them, as version 2 kept it); `None` (the writes
     /// load) when it does not read.
     pub fn decode(bytes: &[u8]) -> Option<(Structure, Option<u32>)> {
-        let (&version, rest) = bytes.split_first()?;
-        let (includes, rest) = match version {
-            ENCODING_VERSION => {
-                let (includes, rest) = leb128::split_uleb(rest)?;
-                (Some(u32::try_from(includes).ok()?), rest)
-            }
-            DIFFERENCES_VERSION => (None, rest),
-            _ => return None,
-        };
+        let (version, includes, rest) = split_header(bytes)?;
         let (raw_len, compressed) = leb128::split_uleb(rest)?;
         let raw_len = usize::try_from(raw_len).ok()?;
         if raw_len > compressed.len().saturating_mul(MAX_INFLATION) {
@@ -350,6 +342,25 @@ impl Structure {
             return None;
         }
         Some((read_streams(&s, version)?, includes))
+    }
+
+    /// How many of the changes appended since the last save the stored form includes, as
+    /// [`Structure::decode`] says, read from its header alone.
+    pub fn includes(bytes: &[u8]) -> Option<Option<u32>> {
+        split_header(bytes).map(|(_, includes, _)| includes)
+    }
+}
+
+/// The stored form's encoding version, how many appended changes it includes, and the rest.
+fn split_header(bytes: &[u8]) -> Option<(u8, Option<u32>, &[u8])> {
+    let (&version, rest) = bytes.split_first()?;
+    match version {
+        ENCODING_VERSION => {
+            let (includes, rest) = leb128::split_uleb(rest)?;
+            Some((version, Some(u32::try_from(includes).ok()?), rest))
+        }
+        DIFFERENCES_VERSION => Some((version, None, rest)),
+        _ => None,
     }
 }
 

@@ -312,6 +312,38 @@ impl Structure {
         Structure { actors, latest_max_op, objects }
     }
 
+    /// About how many bytes of heap the index holds: what a held index costs (see
+    /// [`index_cache`](crate::index_cache)). Key strings, shared by every map, are not
+    /// counted.
+    pub fn heap_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let objects = self.objects.capacity() * (size_of::<(OpId, Object)>() + 1);
+        let bodies: usize = self
+            .objects
+            .values()
+            .map(|object| match &object.body {
+                Body::Map(keys) => {
+                    let spilled: usize = keys
+                        .iter()
+                        .filter(|(_, values)| values.spilled())
+                        .map(|(_, values)| values.capacity() * size_of::<ValueOp>())
+                        .sum();
+                    keys.0.capacity() * size_of::<(KeyName, Values)>() + spilled
+                }
+                Body::Seq(runs) => {
+                    let boxed = runs
+                        .iter()
+                        .filter(|run| matches!(run.state, ElemState::Values { .. }))
+                        .count();
+                    runs.capacity() * size_of::<Run>() + boxed * size_of::<Values>()
+                }
+                Body::Opaque => 0,
+            })
+            .sum();
+        let actors = self.actors.capacity() * (size_of::<ActorId>() + size_of::<Option<u64>>());
+        (objects + bodies + actors) as u64
+    }
+
     fn actor_index(&mut self, actor: &ActorId) -> u32 {
         match self.actors.iter().position(|known| known == actor) {
             Some(index) => index as u32,

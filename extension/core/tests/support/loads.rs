@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
 use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
 use pg_automerge_core::document::WriteSettings;
-use pg_automerge_core::{document, format, json, kept_json, writes, Error, ErrorKind};
+use pg_automerge_core::{document, format, index_cache, json, kept_json, writes, Error, ErrorKind};
 
 /// Whether `stored` holds the invariant: (a) its payload loads with a plain
 /// `Automerge::load`, as clients load it; (b) its kept JSON, if any, equals the loaded
@@ -70,10 +70,13 @@ pub enum Entry {
     MergeRight,
     /// `doc || bytea` with the fast paths, then `automerge_compact` of what it wrote.
     ApplyThenCompact,
+    /// `doc || bytea` with the fast paths, starting from an index held for the stored
+    /// heads (`index_cache`), as a backend's earlier write leaves it.
+    ApplyHeld,
 }
 
 impl Entry {
-    pub const ALL: [Entry; 7] = [
+    pub const ALL: [Entry; 8] = [
         Entry::ApplyFast,
         Entry::ApplyNaive,
         Entry::InsertSaveAndChanges,
@@ -81,10 +84,12 @@ impl Entry {
         Entry::MergeLeft,
         Entry::MergeRight,
         Entry::ApplyThenCompact,
+        Entry::ApplyHeld,
     ];
 }
 
 pub const FAST: WriteSettings = WriteSettings::UNLIMITED;
+pub const HELD: WriteSettings = WriteSettings { index_cache_budget: u64::MAX, ..FAST };
 pub const NAIVE: WriteSettings =
     WriteSettings { keep_json: false, append_limit: 0, ..WriteSettings::UNLIMITED };
 
@@ -112,6 +117,13 @@ pub fn write(entry: Entry, server: &[u8], incoming: &[u8]) -> Result<Vec<u8>, Er
             }
         }
         Entry::ApplyThenCompact => document::compact(&writes::apply(server, incoming, FAST)?, FAST),
+        Entry::ApplyHeld => {
+            let value = format::decode(server)?;
+            if let Some(index) = writes::current_index(&value) {
+                index_cache::keep(value.summary.heads.clone(), index, HELD.index_cache_budget);
+            }
+            writes::apply(server, incoming, HELD)
+        }
     }
 }
 
