@@ -32,15 +32,7 @@ impl Compacted {
             return Ok(None);
         }
         let compacted = match carried_over(&value, settings) {
-            Some((kept, structure)) => {
-                settings
-                    .load_limit
-                    .check(&estimate::estimate_stored(&value.summary, value.payload))?;
-                let save = document::save(&document::load_stored(stored)?)?;
-                let kept =
-                    Kept { appended_changes: 0, structure: Some(Cow::Owned(structure)), ..kept };
-                format::encode(&value.summary, &kept, &save)
-            }
+            Some(structure) => saved_anew(stored, structure, settings)?,
             None => document::compact(stored, settings)?,
         };
         Ok(Some(Compacted { from: value.payload.to_vec(), value: compacted }))
@@ -75,21 +67,36 @@ impl Compacted {
     }
 }
 
-/// What a compaction of `value` keeps as it is, with its structure index encoded for a
-/// save with nothing appended: `None` when the value is of an earlier format, keeps no
-/// index, or keeps its JSON otherwise than the settings would (then it is built anew).
-fn carried_over<'a>(
-    value: &format::StoredValue<'a>,
-    settings: WriteSettings,
-) -> Option<(Kept<'a>, Vec<u8>)> {
-    let kept = value.kept.clone().filter(|_| value.version == format::FORMAT_VERSION)?;
+/// The structure index of `value` encoded for a save with nothing appended, when a
+/// compaction can keep what the value keeps as it is: `None` when the value is of an
+/// earlier format, keeps no index, or keeps its JSON otherwise than the settings would
+/// (then it is built anew).
+fn carried_over(value: &format::StoredValue<'_>, settings: WriteSettings) -> Option<Vec<u8>> {
+    let kept = value.kept.as_ref().filter(|_| value.version == format::FORMAT_VERSION)?;
     let json_layout = kept.json.map(|json| json.layout);
     let wanted = settings.keep_json.then(|| settings.json_codec.layout());
     if json_layout != wanted {
         return None;
     }
-    let structure = writes::current_index(value)?.encode(0);
-    Some((kept, structure))
+    Some(writes::current_index(value)?.encode(0))
+}
+
+/// `stored` (a value of the current format that keeps its document's JSON and actors) with
+/// its payload loaded and saved anew, nothing appended, and `structure` as its index: one
+/// load, within the load limit. The JSON and the actors are kept as they are.
+pub(crate) fn saved_anew(
+    stored: &[u8],
+    structure: Vec<u8>,
+    settings: WriteSettings,
+) -> Result<Vec<u8>, Error> {
+    let value = format::decode(stored)?;
+    let kept = value
+        .kept
+        .ok_or_else(|| Error::CorruptStoredValue("a value to save anew keeps nothing".into()))?;
+    settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload))?;
+    let save = document::save(&document::load_stored(stored)?)?;
+    let kept = Kept { appended_changes: 0, structure: Some(Cow::Owned(structure)), ..kept };
+    Ok(format::encode(&value.summary, &kept, &save))
 }
 
 #[cfg(test)]

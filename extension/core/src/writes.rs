@@ -8,9 +8,10 @@
 //!   right after theirs) and whose every operation the [`Structure`] index can check and
 //!   place (text splices, marks, block splits, map puts and deletes at any depth, list
 //!   inserts and deletes, counter increments, objects made with content, by a client on
-//!   the heads or concurrently) are appended to the stored payload without a load, up to
-//!   `append_limit` of them since the last save, and the kept JSON follows them; the index
-//!   each such write leaves is held for the next (see [`index_cache`]). Other
+//!   the heads or concurrently) are appended to the stored payload without a load, and the
+//!   kept JSON follows them; the index each such write leaves is held for the next (see
+//!   [`index_cache`]). The write that passes `append_limit` appended changes since the last
+//!   save also saves the document anew, keeping that JSON and index. Other
 //!   changes are applied to the loaded document: appending what the index cannot check
 //!   could store a value that no later load accepts.
 
@@ -27,7 +28,7 @@ use crate::format::{self, Kept, StoredValue};
 use crate::guard::no_panic;
 use crate::kept_json;
 use crate::structure::Structure;
-use crate::{cache, chunk, index_cache, integrity, memory, Error};
+use crate::{cache, chunk, compaction, index_cache, integrity, memory, Error};
 
 /// The merge of two stored documents. Equal heads mean equal documents, and a side whose
 /// headers show it has the other's heads contains the other: no load. Where the right
@@ -142,7 +143,8 @@ pub fn apply(stored: &[u8], changes: &[u8], settings: WriteSettings) -> Result<V
 }
 
 /// The write without a load: `None` when the changes do not simply follow the stored
-/// document, or the appended changes would pass the limit, and the caller must load.
+/// document, and the caller must load. The write whose changes pass `append_limit` also
+/// saves the document anew: one load, but the JSON and the index are not built again.
 fn append(
     stored: &[u8],
     value: &StoredValue<'_>,
@@ -180,8 +182,7 @@ fn append(
         }
         let (structure, _) = match &mut indexed {
             Some(indexed) => indexed,
-            // This change is new, so the write would pass the limit.
-            None if kept.appended_changes >= settings.append_limit => return Ok(None),
+            None if settings.append_limit == 0 => return Ok(None),
             None => match held_index(&value.summary.heads, &kept, settings)
                 .or_else(|| index(&kept, &mut earlier))
             {
@@ -208,9 +209,8 @@ fn append(
         return Ok(Some(stored.to_vec())); // every change was in the document
     };
     let appended_changes = kept.appended_changes.saturating_add(new.len() as u32);
-    if appended_changes > settings.append_limit {
-        return Ok(None);
-    }
+    // The write that passes the limit saves the document anew (see below).
+    let folds = appended_changes > settings.append_limit;
     // The JSON is read only now that the changes are known to be appended; JSON that
     // cannot follow them leaves the write to the load. Changes that show nothing (marks,
     // losing values) keep its bytes as they are.
@@ -231,7 +231,9 @@ fn append(
     // The stored index may lack a few appended changes, which the next write replays:
     // encoding it is most of what an appended write costs on a long text.
     let stored_structure = match stored_includes {
-        Some(includes) if appended_changes - includes < REENCODE_AFTER => kept.structure.clone(),
+        Some(includes) if folds || appended_changes - includes < REENCODE_AFTER => {
+            kept.structure.clone()
+        }
         _ => Some(Cow::Owned(structure.encode(appended_changes))),
     };
     let kept = Kept { appended_changes, json, structure: stored_structure, ..kept };
@@ -244,7 +246,12 @@ fn append(
     for change in new {
         payload.extend_from_slice(change.raw_bytes());
     }
-    let appended = format::encode(&summary, &kept, &payload);
+    let mut appended = format::encode(&summary, &kept, &payload);
+    if folds {
+        // One load and a save, as a write that loads takes; the JSON and the index follow
+        // the changes already, so they are kept rather than built again from the load.
+        appended = compaction::saved_anew(&appended, structure.encode(0), settings)?;
+    }
     if settings.index_cache_budget > 0 {
         index_cache::keep(summary.heads, structure, settings.index_cache_budget);
     }

@@ -191,16 +191,31 @@ fn changes_that_do_not_follow_the_stored_heads_are_loaded_and_applied() {
     assert_eq!(loaded_json(&written)["other"], 1);
 }
 
+/// The write that passes the limit saves the document anew, keeping the JSON and the
+/// index its changes brought up to date: both are what a save of the document gives.
 #[test]
 fn the_append_limit_makes_a_write_load_and_save_anew() {
     let (mut client, mut stored) = titled();
     let settings = WriteSettings { append_limit: 2, ..WriteSettings::UNLIMITED };
-    for (round, expected) in [1, 2, 0, 1].into_iter().enumerate() {
-        let heads = client.get_heads();
+    let mut heads = client.get_heads();
+    let text = client.put_object(ROOT, "text", automerge::ObjType::Text).unwrap();
+    for (round, expected) in [1, 2, 0, 1, 2, 0].into_iter().enumerate() {
         client.put(ROOT, "round", round as i64).unwrap();
+        client.splice_text(&text, 0, 0, &format!("{round} ")).unwrap();
         stored = apply(&stored, &client.save_after(&heads), settings).unwrap();
+        heads = client.get_heads();
         assert_eq!(appended(&stored), expected, "round {round}");
         assert_eq!(kept_json(&stored).unwrap(), loaded_json(&stored));
+        let fresh = stored_from_client_bytes(&client.save(), settings).unwrap();
+        let (value, fresh) = (format::decode(&stored).unwrap(), format::decode(&fresh).unwrap());
+        assert_eq!(
+            current_index(&value).unwrap().canonical(),
+            current_index(&fresh).unwrap().canonical(),
+            "round {round}"
+        );
+        if expected == 0 {
+            assert_eq!(value.payload, client.save(), "round {round}: a save of the document");
+        }
     }
     let naive = WriteSettings { append_limit: 0, keep_json: false, ..WriteSettings::UNLIMITED };
     let heads = client.get_heads();
