@@ -326,6 +326,18 @@ fn actor(role: Role, worker: usize, id: i64, generation: u32) -> ActorId {
     ActorId::from(bytes)
 }
 
+/// A backend's Rust heap between statements once the load stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct IdleHeap {
+    /// As the load left it: the structure indexes it holds for its next writes, and
+    /// whatever else stayed.
+    pub bytes: i64,
+    /// What `pg_automerge.index_cache` lets it hold.
+    pub index_cache_bytes: i64,
+    /// Once `pg_automerge.index_cache = 0` let the held indexes go: whatever else stayed.
+    pub without_indexes: i64,
+}
+
 /// Runs the mix on one connection until `deadline`; returns the backend's Rust heap
 /// between statements at the end.
 pub async fn work(
@@ -333,7 +345,7 @@ pub async fn work(
     client: Client,
     state: Arc<State>,
     deadline: Instant,
-) -> Result<i64> {
+) -> Result<IdleHeap> {
     let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
     let mut replicas = Replicas::default();
     let insert = client.prepare(&insert_sql()).await?;
@@ -509,6 +521,13 @@ pub async fn work(
             Query::Insert => unreachable!("inserts follow the growth schedule, not the mix"),
         }
     }
-    let row = client.query_one(&memory, &[]).await?;
-    Ok(row.get(0))
+    let bytes: i64 = client.query_one(&memory, &[]).await?.get(0);
+    let index_cache_mb: String = client
+        .query_one("SELECT setting FROM pg_settings WHERE name = 'pg_automerge.index_cache'", &[])
+        .await?
+        .get(0);
+    // The SET's transaction end lets the held indexes go.
+    client.batch_execute("SET pg_automerge.index_cache = 0").await?;
+    let without_indexes: i64 = client.query_one(&memory, &[]).await?.get(0);
+    Ok(IdleHeap { bytes, index_cache_bytes: index_cache_mb.parse::<i64>()? << 20, without_indexes })
 }
