@@ -71,11 +71,6 @@ pub fn fit(budget: u64) {
     });
 }
 
-/// Drops every held index.
-pub fn clear() {
-    fit(0);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,7 +86,6 @@ mod tests {
 
     #[test]
     fn hands_over_an_index_once_by_its_heads() {
-        clear();
         keep(heads(1), index_of(1), u64::MAX);
         assert!(take(&heads(2)).is_none(), "other heads");
         assert_eq!(take(&heads(1)), Some(index_of(1)));
@@ -100,7 +94,6 @@ mod tests {
 
     #[test]
     fn drops_the_least_recently_written_past_the_budget() {
-        clear();
         let bytes = index_of(100).heap_bytes();
         keep(heads(1), index_of(100), 2 * bytes);
         keep(heads(2), index_of(100), 2 * bytes);
