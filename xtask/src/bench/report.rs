@@ -140,7 +140,12 @@ pub(super) fn markdown(results: &Results) -> String {
          table with `body jsonb GENERATED ALWAYS AS (doc::jsonb) STORED`; a text edit then read \
          types a few words into the middle of the content (a change the stored header cannot \
          check, so the write loads, applies and saves) and reads the content back. Loads count \
-         the documents (and the change sets applied to them) one run of the operation loaded.\n\n",
+         the documents (and the change sets applied to them) one run of the operation loaded. \
+         The client writes are changes made by an author holding the document, each timed \
+         alone; before each, untimed, a row holding `append_limit` appended changes is saved \
+         anew (`automerge_compact`), as the background compactor does off the write path, so \
+         that every timed client write appends. The write past the limit, which saves anew \
+         itself, is timed in the incremental write's stream of retitles.\n\n",
     );
     let mut operations: Vec<(&str, &str)> = results
         .rows
