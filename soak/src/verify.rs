@@ -238,9 +238,6 @@ pub async fn check(
     Ok(Verification { invariants, notification_wait, check_duration: started.elapsed() })
 }
 
-/// Exactly one notification per committed write: as many per row as writes, an INSERT for
-/// each insert, and for each update exactly one notification whose new heads (`heads` less
-/// `previous_heads`) are the one change it wrote.
 /// Every stored value loads, its kept JSON and heads are the loaded document's, and its
 /// next save loads (`automerge_loads`), however its writes took it: appended, loaded or
 /// merged. Read on several connections, each a share of the rows.
@@ -277,6 +274,9 @@ async fn every_row_loads(server: &Server) -> Result<Invariant> {
     })
 }
 
+/// Exactly one notification per committed write: as many per row as writes, an INSERT for
+/// each insert, and for each update exactly one notification whose new heads (`heads` less
+/// `previous_heads`) are the one change it wrote.
 fn notifications_match(state: &State, listener: &Listener) -> Invariant {
     let received = listener.received();
     let log = state.log.lock().unwrap();
