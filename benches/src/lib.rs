@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::{CommitOptions, Transactable};
-use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ROOT};
+use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ScalarValue, ROOT};
 use criterion::{Criterion, SamplingMode};
 use fixtures::generated::{cached, Kind, Scale, Spec};
 use pg_automerge_core::memory;
@@ -27,6 +27,8 @@ pub const JS_CLIENT: &str = "@automerge/automerge";
 /// (`pg_automerge.keep_jsonb = off`), writes that load, apply and save
 /// (`pg_automerge.append_limit = 0`).
 pub const NAIVE: &str = "naive (always loads)";
+/// The root key of the counter that [`ClientWrite::CounterIncrement`] increments.
+const COUNTER: &str = "count";
 
 /// Which fixture scale the run uses: `PG_AUTOMERGE_BENCH_SCALE` = small, medium or
 /// operations (the default).
@@ -217,6 +219,10 @@ impl Author {
                 let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
                 doc.delete(&items, doc.length(&items) / 2).unwrap();
             }
+            ClientWrite::CounterIncrement => match doc.get(ROOT, COUNTER).unwrap() {
+                Some(_) => doc.increment(ROOT, COUNTER, 1).unwrap(),
+                None => doc.put(ROOT, COUNTER, ScalarValue::counter(0)).unwrap(),
+            },
         }
         self.commit()
     }
@@ -259,7 +265,8 @@ impl Author {
 /// The writes a JS client sends that the benches time against their `jsonb` counterparts:
 /// a string set the JS way (a new text object), a splice (insert and delete) into the
 /// middle of the content, a mark over a few of its characters, a block split there, a field
-/// of the middle list item, a list item (a map with a text) inserted there, and one deleted.
+/// of the middle list item, a list item (a map with a text) inserted there, one deleted,
+/// and a root counter incremented (the first such write creates the counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientWrite {
     TitleAsText,
@@ -269,10 +276,11 @@ pub enum ClientWrite {
     NestedField,
     ListInsert,
     ListDelete,
+    CounterIncrement,
 }
 
 impl ClientWrite {
-    pub const ALL: [ClientWrite; 7] = [
+    pub const ALL: [ClientWrite; 8] = [
         ClientWrite::TitleAsText,
         ClientWrite::Splice,
         ClientWrite::Mark,
@@ -280,6 +288,7 @@ impl ClientWrite {
         ClientWrite::NestedField,
         ClientWrite::ListInsert,
         ClientWrite::ListDelete,
+        ClientWrite::CounterIncrement,
     ];
 
     /// The benchmark group's name.
@@ -292,13 +301,14 @@ impl ClientWrite {
             ClientWrite::NestedField => "sql/client write: nested field",
             ClientWrite::ListInsert => "sql/client write: list insert",
             ClientWrite::ListDelete => "sql/client write: list delete",
+            ClientWrite::CounterIncrement => "sql/client write: counter increment",
         }
     }
 
     /// Whether a fixture of `kind` has what the write edits.
     pub fn applies_to(self, kind: Kind) -> bool {
         match self {
-            ClientWrite::TitleAsText => true,
+            ClientWrite::TitleAsText | ClientWrite::CounterIncrement => true,
             ClientWrite::Splice | ClientWrite::Mark => kind != Kind::MapList,
             ClientWrite::BlockSplit => kind == Kind::RichText,
             ClientWrite::NestedField | ClientWrite::ListInsert | ClientWrite::ListDelete => {

@@ -60,7 +60,7 @@ const HEADER_READS: [(&str, &str); 5] = [
 const HEADER_READ_GOAL_NS: f64 = 0.2e6;
 /// The writes a JS client sends (benches' `ClientWrite`): each appended with no load, within
 /// this many times its counterpart on a plain `jsonb` column.
-const CLIENT_WRITES: [&str; 7] = [
+const CLIENT_WRITES: [&str; 8] = [
     "client write: string as text",
     "client write: splice",
     "client write: mark",
@@ -68,6 +68,7 @@ const CLIENT_WRITES: [&str; 7] = [
     "client write: nested field",
     "client write: list insert",
     "client write: list delete",
+    "client write: counter increment",
 ];
 const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
 /// What a read returns after this many appended changes (the default `append_limit`, the
