@@ -1,16 +1,18 @@
 //! The writes real clients send append without a load, and exactly: a client makes its
 //! edits the JS way (strings as text objects, splices, marks, block splits, nested map
-//! fields, list inserts and deletes, lists of maps with text, counters), and a server copy
-//! takes each change through the structure index while another takes it the naive way
-//! (load, apply, save). After every write both show the same heads, JSON and spans; the
-//! index the fast copy kept equals the index built from a fresh save of its document; and
-//! every change of one client on the stored heads was appended, not loaded. A third copy
-//! takes each change through the index the write before it held (`index_cache`), and
-//! stores the same bytes as the copy that decodes the stored index each time.
+//! fields, list inserts, deletes and moves, lists of maps with text, counters), and a
+//! server copy takes each change through the structure index while another takes it the
+//! naive way (load, apply, save). After every write both show the same heads, JSON and
+//! spans; the index the fast copy kept equals the index built from a fresh save of its
+//! document; and every change of one client on the stored heads was appended, not loaded.
+//! A third copy takes each change through the index the write before it held
+//! (`index_cache`), and stores the same bytes as the copy that decodes the stored index
+//! each time.
 
 use automerge::marks::{ExpandMark, Mark};
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
+use fixtures::js_edits;
 use fixtures::wrong_changes::{client_document, honest_edit, Choices};
 use pg_automerge_core::document::{load_stored, stored_from_client_bytes, WriteSettings};
 use pg_automerge_core::kept_json::{self, TextJson};
@@ -69,9 +71,10 @@ fn loaded_state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value
 }
 
 /// Edits the JS client makes that the shared honest edits do not: a block split in the
-/// content, a splice into a list item's text, a nested field of a list item, an emoji.
+/// content, a splice into a list item's text, a nested field of a list item, an emoji, a
+/// list item moved (deleted and a copy inserted, in one change).
 fn more_edit(doc: &mut AutoCommit, choices: &mut Choices<'_>) -> Option<automerge::ChangeHash> {
-    match choices.below(3) {
+    match choices.below(4) {
         0 => {
             let content = doc.get(ROOT, "content").ok()??.1;
             let at = choices.below(doc.length(&content) + 1);
@@ -91,6 +94,14 @@ fn more_edit(doc: &mut AutoCommit, choices: &mut Choices<'_>) -> Option<automerg
                 None => return None,
             }
             doc.put(&item, "done", true).ok()?;
+        }
+        2 => {
+            let items = doc.get(ROOT, "items").ok()??.1;
+            let len = doc.length(&items);
+            if len < 2 {
+                return None;
+            }
+            js_edits::move_item(doc, &items, choices.below(len), choices.below(len)).ok()?;
         }
         _ => {
             let content = doc.get(ROOT, "content").ok()??.1;
