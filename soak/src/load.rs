@@ -41,12 +41,13 @@ pub struct Timing {
 
 /// A committed incremental write: what it edited, whether the row held changes its
 /// client had not seen (another connection's: the change does not depend on the heads),
-/// and how many loads the backend counted for it.
+/// how many loads the backend counted for it, and how long the statement took.
 pub struct IncrementalLoads {
     pub kind: EditKind,
     pub large: bool,
     pub concurrent: bool,
     pub loads: i64,
+    pub millis: f64,
 }
 
 /// A committed write and the changes it put in the row.
@@ -429,6 +430,7 @@ pub async fn work(
                 let before: i64 = client.query_one(&loads, &[]).await?.get(0);
                 let started = Instant::now();
                 let outcome = client.execute(&incremental, &[&change.raw_bytes(), &id]).await;
+                let millis = started.elapsed().as_secs_f64() * 1000.0;
                 let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
                 if state.record(query, Some(id), started, outcome.map(drop)) {
                     let after: i64 = client.query_one(&loads, &[]).await?.get(0);
@@ -439,6 +441,7 @@ pub async fn work(
                             large: document.large,
                             concurrent,
                             loads: after - before,
+                            millis,
                         });
                     }
                 } else {

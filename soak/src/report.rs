@@ -384,7 +384,8 @@ pub async fn write(
          of other actors than the fork's (its change does not depend on the row's heads). \
          Loads are the backend's `automerge_memory_usage().loads` before and after the \
          statement. A write that appends does not load; one that finds `{}` changes appended \
-         since the last save loads, saves, and starts the count again.\n",
+         since the last save loads, saves, and starts the count again. Latencies are the \
+         statement's, as the client waited for it, on small and on large documents.\n",
         setting(environment, "pg_automerge.append_limit")
     )?;
     write!(md, "{}", loads_table(&log.incremental_loads))?;
@@ -403,7 +404,8 @@ pub async fn write(
 }
 
 /// Incremental writes by what they edited: how many, how many were concurrent, how many
-/// loaded (in all, and of the concurrent ones).
+/// loaded (in all, and of the concurrent ones), and their latency on small and on large
+/// documents.
 fn loads_table(writes: &[IncrementalLoads]) -> Table {
     let mut table = Table::left([
         "write",
@@ -412,7 +414,18 @@ fn loads_table(writes: &[IncrementalLoads]) -> Table {
         "concurrent",
         "loaded",
         "concurrent that loaded",
+        "small p50 / p99 ms",
+        "large p50 / p99 ms",
     ]);
+    let latency = |rows: &[&IncrementalLoads], large: bool| {
+        let mut millis: Vec<f64> =
+            rows.iter().filter(|w| w.large == large).map(|w| w.millis).collect();
+        millis.sort_by(f64::total_cmp);
+        match millis.is_empty() {
+            true => "-".to_string(),
+            false => format!("{:.0} / {:.0}", quantile(&millis, 0.5), quantile(&millis, 0.99)),
+        }
+    };
     let share = |part: usize, whole: usize| match whole {
         0 => "0".to_string(),
         _ => format!("{part} ({:.1}%)", 100.0 * part as f64 / whole as f64),
@@ -429,6 +442,8 @@ fn loads_table(writes: &[IncrementalLoads]) -> Table {
             share(concurrent.len(), rows.len()),
             share(rows.iter().filter(|w| w.loads > 0).count(), rows.len()),
             share(concurrent.iter().filter(|w| w.loads > 0).count(), concurrent.len()),
+            latency(&rows, false),
+            latency(&rows, true),
         ]);
     }
     table
@@ -749,21 +764,27 @@ mod tests {
 
     #[test]
     fn loads_are_counted_by_edit_and_among_concurrent_writes() {
-        let write =
-            |kind, concurrent, loads| IncrementalLoads { kind, large: false, concurrent, loads };
+        let write = |kind, concurrent, loads, millis| IncrementalLoads {
+            kind,
+            large: false,
+            concurrent,
+            loads,
+            millis,
+        };
         let writes = [
-            write(EditKind::Splice, true, 0),
-            write(EditKind::Splice, true, 1),
-            write(EditKind::Splice, false, 0),
-            write(EditKind::Mark, false, 2),
+            write(EditKind::Splice, true, 0, 4.0),
+            write(EditKind::Splice, true, 1, 40.0),
+            write(EditKind::Splice, false, 0, 2.0),
+            write(EditKind::Mark, false, 2, 7.0),
         ];
         let table = loads_table(&writes).to_string();
         let row = |name: &str| {
             table.lines().find(|line| line.starts_with(&format!("| {name} "))).unwrap().to_string()
         };
-        assert!(row("splice into text").contains("| 3 | 0 | 2 (66.7%) | 1 (33.3%) | 1 (50.0%) |"));
-        assert!(row("mark over text").contains("| 1 | 0 | 0 (0.0%) | 1 (100.0%) | 0 |"));
-        assert!(row("all").contains("| 4 | 0 | 2 (50.0%) | 2 (50.0%) | 1 (50.0%) |"));
+        assert!(row("splice into text")
+            .contains("| 3 | 0 | 2 (66.7%) | 1 (33.3%) | 1 (50.0%) | 4 / 40 | - |"));
+        assert!(row("mark over text").contains("| 1 | 0 | 0 (0.0%) | 1 (100.0%) | 0 | 7 / 7 | - |"));
+        assert!(row("all").contains("| 4 | 0 | 2 (50.0%) | 2 (50.0%) | 1 (50.0%) | 4 / 40 | - |"));
     }
 
     #[test]
