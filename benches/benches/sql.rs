@@ -436,6 +436,13 @@ fn jsonb_client_write(write: ClientWrite) -> &'static str {
             "UPDATE bench_jsonb SET j = j #- ARRAY['items', (jsonb_array_length(j->'items') / 2)::text]
              WHERE name = $1 AND $2::text IS NOT NULL"
         }
+        ClientWrite::ListMove => {
+            "UPDATE bench_jsonb
+             SET j = jsonb_insert(j #- ARRAY['items', (jsonb_array_length(j->'items') / 2)::text],
+                                  ARRAY['items', (jsonb_array_length(j->'items') / 4)::text],
+                                  j->'items'->(jsonb_array_length(j->'items') / 2))
+             WHERE name = $1 AND $2::text IS NOT NULL"
+        }
         ClientWrite::CounterIncrement => {
             "UPDATE bench_jsonb SET j = jsonb_set(j, '{count}', to_jsonb(coalesce((j->>'count')::bigint, 0) + 1))
              WHERE name = $1 AND $2::text IS NOT NULL"

@@ -219,6 +219,11 @@ impl Author {
                 let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
                 doc.delete(&items, doc.length(&items) / 2).unwrap();
             }
+            ClientWrite::ListMove => {
+                let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
+                let len = doc.length(&items);
+                fixtures::js_edits::move_item(doc, &items, len / 2, len / 4).unwrap();
+            }
             ClientWrite::CounterIncrement => match doc.get(ROOT, COUNTER).unwrap() {
                 Some(_) => doc.increment(ROOT, COUNTER, 1).unwrap(),
                 None => doc.put(ROOT, COUNTER, ScalarValue::counter(0)).unwrap(),
@@ -266,7 +271,9 @@ impl Author {
 /// a string set the JS way (a new text object), a splice (insert and delete) into the
 /// middle of the content, a mark over a few of its characters, a block split there, a field
 /// of the middle list item, a list item (a map with a text) inserted there, one deleted,
-/// and a root counter incremented (the first such write creates the counter).
+/// the middle item moved to a quarter of the list (deleted and a copy inserted, as the JS
+/// client moves), and a root counter incremented (the first such write creates the
+/// counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientWrite {
     TitleAsText,
@@ -276,11 +283,12 @@ pub enum ClientWrite {
     NestedField,
     ListInsert,
     ListDelete,
+    ListMove,
     CounterIncrement,
 }
 
 impl ClientWrite {
-    pub const ALL: [ClientWrite; 8] = [
+    pub const ALL: [ClientWrite; 9] = [
         ClientWrite::TitleAsText,
         ClientWrite::Splice,
         ClientWrite::Mark,
@@ -288,6 +296,7 @@ impl ClientWrite {
         ClientWrite::NestedField,
         ClientWrite::ListInsert,
         ClientWrite::ListDelete,
+        ClientWrite::ListMove,
         ClientWrite::CounterIncrement,
     ];
 
@@ -301,6 +310,7 @@ impl ClientWrite {
             ClientWrite::NestedField => "sql/client write: nested field",
             ClientWrite::ListInsert => "sql/client write: list insert",
             ClientWrite::ListDelete => "sql/client write: list delete",
+            ClientWrite::ListMove => "sql/client write: list move",
             ClientWrite::CounterIncrement => "sql/client write: counter increment",
         }
     }
@@ -311,9 +321,10 @@ impl ClientWrite {
             ClientWrite::TitleAsText | ClientWrite::CounterIncrement => true,
             ClientWrite::Splice | ClientWrite::Mark => kind != Kind::MapList,
             ClientWrite::BlockSplit => kind == Kind::RichText,
-            ClientWrite::NestedField | ClientWrite::ListInsert | ClientWrite::ListDelete => {
-                kind == Kind::MapList
-            }
+            ClientWrite::NestedField
+            | ClientWrite::ListInsert
+            | ClientWrite::ListDelete
+            | ClientWrite::ListMove => kind == Kind::MapList,
         }
     }
 }

@@ -60,7 +60,7 @@ const HEADER_READS: [(&str, &str); 5] = [
 const HEADER_READ_GOAL_NS: f64 = 0.2e6;
 /// The writes a JS client sends (benches' `ClientWrite`): each appended with no load, within
 /// this many times its counterpart on a plain `jsonb` column.
-const CLIENT_WRITES: [&str; 8] = [
+const CLIENT_WRITES: [&str; 9] = [
     "client write: string as text",
     "client write: splice",
     "client write: mark",
@@ -68,6 +68,7 @@ const CLIENT_WRITES: [&str; 8] = [
     "client write: nested field",
     "client write: list insert",
     "client write: list delete",
+    "client write: list move",
     "client write: counter increment",
 ];
 const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
