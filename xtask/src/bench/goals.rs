@@ -549,4 +549,20 @@ mod tests {
             ]
         );
     }
+
+    /// The goals name the benches' client writes by their group names, which live in the
+    /// benches crate (xtask does not build it): every group there has its goal here.
+    #[test]
+    fn every_client_write_the_benches_time_has_its_goal() {
+        let benches = include_str!("../../../benches/src/lib.rs");
+        let mut timed: Vec<&str> = benches
+            .split('"')
+            .filter_map(|literal| literal.strip_prefix("sql/"))
+            .filter(|name| name.starts_with("client write: "))
+            .collect();
+        timed.sort_unstable();
+        let mut goals = CLIENT_WRITES.to_vec();
+        goals.sort_unstable();
+        assert_eq!(timed, goals);
+    }
 }
