@@ -14,7 +14,7 @@ use xshell::{cmd, Shell};
 
 use crate::cluster::{clusters_dir, Cluster, SUPERUSER};
 use crate::postgres::PgMajor;
-use crate::util::{counted, note, Counts};
+use crate::util::{counted, note, npm_dependencies, Counts};
 use crate::{cargo_target_dir, project_root};
 
 /// The one major the sync step runs on: the server uses nothing that differs between
@@ -199,13 +199,6 @@ pub fn postgres_url(cluster: &Cluster, database: &str) -> String {
     format!("postgresql://{SUPERUSER}@127.0.0.1:{}/{database}", cluster.port)
 }
 
-/// Installs examples/sync-client's npm dependencies as package-lock.json pins them.
-pub fn client_dependencies(sh: &Shell) -> Result<()> {
-    let _dir = sh.push_dir("examples/sync-client");
-    cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
-    Ok(())
-}
-
 /// One pass or one failure.
 fn one(passed: bool) -> Counts {
     Counts { passed: usize::from(passed), failed: usize::from(!passed) }
@@ -303,10 +296,9 @@ fn no_panics(logs: &[PathBuf]) -> Result<Counts> {
 /// Every check of the sync step, against `database` of `cluster` (which has the
 /// extension installed): one pass or failure per check, and the samod tests' counts.
 pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
-    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+    if !npm_dependencies(sh, "sync-client")? {
         bail!("the sync step needs Node.js for its automerge-repo clients");
     }
-    client_dependencies(sh)?;
     build_server(false)?;
     let db = Db { cluster, database };
     let logs: Vec<PathBuf> = ["a", "b"]

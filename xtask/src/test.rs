@@ -28,7 +28,7 @@ use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::side_by_side;
 use crate::soak::{remove_leftover_containers, run_label};
 use crate::sync;
-use crate::util::{counted, note, step, Counts, Skippable};
+use crate::util::{counted, note, npm_dependencies, step, Counts, Skippable};
 
 impl TestFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
@@ -80,7 +80,9 @@ impl TestFlags {
 
         // The snapshots step runs examples/node-client against the server too.
         if runs(TestStep::Node) || runs(TestStep::Estimate) || runs(TestStep::Snapshots) {
-            step("Node.js client example: npm dependencies", || node_client_dependencies(sh))?;
+            step("Node.js client example: npm dependencies", || {
+                npm_dependencies(sh, "node-client")
+            })?;
         }
         // The core tests wrote a sample of the values they accepted (issue 14).
         if runs(TestStep::Node) {
@@ -323,18 +325,6 @@ fn node_fixtures_are_current(sh: &Shell) -> Result<Option<Counts>> {
         }
     }
     Ok(Some(counts))
-}
-
-/// Installs examples/node-client's npm dependencies as package-lock.json pins them (a few
-/// seconds). Without Node.js the cluster tests skip that example and say so.
-fn node_client_dependencies(sh: &Shell) -> Result<()> {
-    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
-        note("Node.js is not installed: the Node.js client example will be skipped");
-        return Ok(());
-    }
-    let _dir = sh.push_dir("examples/node-client");
-    cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
-    Ok(())
 }
 
 /// The load estimate against measured peaks in a release build, on the generated

@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
 
 /// Runs one named step, printing its name before and its duration after.
 pub fn step<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -22,6 +23,19 @@ pub fn step<T>(name: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
 /// Prints a note inside the current step.
 pub fn note(text: impl std::fmt::Display) {
     eprintln!("    {text}");
+}
+
+/// Installs `examples/{example}`'s npm dependencies as its package-lock.json pins them (a
+/// few seconds). Without Node.js it says so and returns false: what runs that example is
+/// skipped.
+pub fn npm_dependencies(sh: &Shell, example: &str) -> Result<bool> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note(format!("Node.js is not installed: examples/{example} is skipped"));
+        return Ok(false);
+    }
+    let _dir = sh.push_dir(format!("examples/{example}"));
+    cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
+    Ok(true)
 }
 
 /// What a step that needs something this machine may lack (a Docker engine) came to: it

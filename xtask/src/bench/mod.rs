@@ -25,7 +25,7 @@ use crate::flags::{BenchFlags, BenchScale, SetupFlags};
 use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
-use crate::util::note;
+use crate::util::{note, npm_dependencies};
 
 /// The variant measured and its baselines, as the benches name them.
 const OURS: &str = "pg_automerge";
@@ -72,6 +72,8 @@ pub fn measure_and_report(
     jobs: usize,
     filter: Option<&str>,
 ) -> Result<usize> {
+    // The benches measure documents that the JS client makes, with examples/node-client.
+    npm_dependencies(sh, "node-client")?;
     let results = measure::measure(sh, major, scale, jobs, filter)?;
     let dir = if results.quick {
         project_root().join("target/bench-quick")
