@@ -32,7 +32,7 @@ thread_local! {
 /// those written least recently are dropped to make room, and an index larger than the
 /// budget is not held.
 pub fn keep(heads: Vec<ChangeHash>, index: Structure, budget: u64) {
-    let bytes = index.heap_bytes();
+    let bytes = held_bytes(&heads, &index);
     HELD.with(|held| {
         let mut held = held.borrow_mut();
         held.retain(|entry| entry.heads != heads);
@@ -42,6 +42,11 @@ pub fn keep(heads: Vec<ChangeHash>, index: Structure, budget: u64) {
         held.push_front(Entry { heads, index, bytes });
     });
     fit(budget);
+}
+
+/// What holding `index` under `heads` takes from the heap.
+fn held_bytes(heads: &Vec<ChangeHash>, index: &Structure) -> u64 {
+    index.heap_bytes() + (heads.capacity() * std::mem::size_of::<ChangeHash>()) as u64
 }
 
 /// The held index of the document whose heads are `heads`, handed over: the write changes
@@ -94,7 +99,7 @@ mod tests {
 
     #[test]
     fn drops_the_least_recently_written_past_the_budget() {
-        let bytes = index_of(100).heap_bytes();
+        let bytes = held_bytes(&heads(1), &index_of(100));
         keep(heads(1), index_of(100), 2 * bytes);
         keep(heads(2), index_of(100), 2 * bytes);
         keep(heads(3), index_of(100), 2 * bytes);

@@ -312,35 +312,68 @@ impl Structure {
         Structure { actors, latest_max_op, objects }
     }
 
-    /// About how many bytes of heap the index holds: what a held index costs (see
-    /// [`index_cache`](crate::index_cache)). Key strings, shared by every map, are not
-    /// counted.
+    /// The bytes of heap the index holds, as the counting allocator counts them: what a
+    /// held index costs (see [`index_cache`](crate::index_cache)). A key string shared by
+    /// several maps is counted once, a share at each use.
     pub fn heap_bytes(&self) -> u64 {
         use std::mem::size_of;
-        let objects = self.objects.capacity() * (size_of::<(OpId, Object)>() + 1);
+        // hashbrown allocates a power-of-two number of buckets, of which `capacity` is 7/8
+        // (all but one below 8), each with a control byte, and a group of control bytes more.
+        let buckets = match self.objects.capacity() {
+            0 => 0,
+            capacity if capacity < 8 => capacity + 1,
+            capacity => capacity / 7 * 8,
+        };
+        let objects = match buckets {
+            0 => 0,
+            _ => (buckets * size_of::<(OpId, Object)>()).next_multiple_of(16) + buckets + 16,
+        };
+        // An `Rc<str>` allocates its two counts and the string, padded to the counts' alignment.
+        let key = |name: &KeyName| {
+            let allocation =
+                (2 * size_of::<usize>() + name.len()).next_multiple_of(size_of::<usize>());
+            allocation.div_ceil(Rc::strong_count(name))
+        };
+        let spilled = |values: &Values| match values.spilled() {
+            true => values.capacity() * size_of::<ValueOp>(),
+            false => 0,
+        };
         let bodies: usize = self
             .objects
             .values()
-            .map(|object| match &object.body {
-                Body::Map(keys) => {
-                    let spilled: usize = keys
-                        .iter()
-                        .filter(|(_, values)| values.spilled())
-                        .map(|(_, values)| values.capacity() * size_of::<ValueOp>())
-                        .sum();
-                    keys.0.capacity() * size_of::<(KeyName, Values)>() + spilled
-                }
-                Body::Seq(runs) => {
-                    let boxed = runs
-                        .iter()
-                        .filter(|run| matches!(run.state, ElemState::Values { .. }))
-                        .count();
-                    runs.capacity() * size_of::<Run>() + boxed * size_of::<Values>()
-                }
-                Body::Opaque => 0,
+            .map(|object| {
+                let parent = match &object.parent {
+                    Some((_, ParentKey::Map(name))) => key(name),
+                    _ => 0,
+                };
+                let body = match &object.body {
+                    Body::Map(keys) => {
+                        keys.0.capacity() * size_of::<(KeyName, Values)>()
+                            + keys
+                                .0
+                                .iter()
+                                .map(|(name, values)| key(name) + spilled(values))
+                                .sum::<usize>()
+                    }
+                    Body::Seq(runs) => {
+                        runs.capacity() * size_of::<Run>()
+                            + runs
+                                .iter()
+                                .map(|run| match &run.state {
+                                    ElemState::Values { values, .. } => {
+                                        size_of::<Values>() + spilled(values)
+                                    }
+                                    _ => 0,
+                                })
+                                .sum::<usize>()
+                    }
+                    Body::Opaque => 0,
+                };
+                parent + body
             })
             .sum();
-        let actors = self.actors.capacity() * (size_of::<ActorId>() + size_of::<Option<u64>>());
+        let actors = self.actors.capacity() * size_of::<ActorId>()
+            + self.latest_max_op.capacity() * size_of::<Option<u64>>();
         (objects + bodies + actors) as u64
     }
 
