@@ -11,6 +11,7 @@
 
 /// Chunk framing lives in `fixtures`, which the wrong-change generator shares.
 pub use fixtures::chunks;
+pub mod altered_writes;
 pub mod mutate;
 pub mod seeds;
 pub mod targets;
@@ -30,9 +31,21 @@ use crate::targets::Failure;
 /// The corpus stops growing here, so that a long run keeps its memory bounded.
 const MAX_CORPUS: usize = 20_000;
 
+/// What an execution runs its input through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// Every byte input of the core, and the same bytes as a stream of honest and wrong
+    /// writes.
+    All,
+    /// One honest change altered at random, written through one entry point (issue 35):
+    /// cheap enough to run millions of times.
+    AlteredWrites,
+}
+
 /// What a campaign runs for and where it writes failing inputs.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    pub target: Target,
     /// Stop after this long (checked between inputs)...
     pub time: Duration,
     /// ...or after this many executions, whichever comes first.
@@ -106,8 +119,17 @@ pub fn replay_wrong_writes(input: &[u8]) -> Option<Failure> {
 /// every ten seconds.
 pub fn campaign(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Summary {
     let started = Instant::now();
-    let seeds = seeds::all();
-    let bases = bases();
+    let (seeds, bases, altered) = match settings.target {
+        Target::All => (seeds::all(), bases(), Vec::new()),
+        // Choice streams: short inputs, every byte a choice.
+        Target::AlteredWrites => {
+            let streams = (0u32..64).map(|n| seeds::Seed {
+                name: format!("stream {n}"),
+                bytes: n.wrapping_mul(2_654_435_761).to_le_bytes().to_vec(),
+            });
+            (streams.collect(), vec![Vec::new()], altered_writes::bases())
+        }
+    };
     let mut corpus: Vec<Vec<u8>> = seeds.iter().map(|s| s.bytes.clone()).collect();
     let mut summary = Summary { seeds: seeds.len(), ..Summary::default() };
     let mut signatures = HashSet::new();
@@ -140,11 +162,26 @@ pub fn campaign(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Summ
 
         *current.lock().unwrap() = Some((Instant::now(), input.clone()));
         let exec_started = Instant::now();
-        let mut report = targets::run(&input, base);
-        // The same bytes as a choice stream for the wrong-change target.
-        let (wrong, outcomes) = wrong_writes::run(&input);
-        report.failures.extend(wrong);
-        report.signature.extend(outcomes);
+        let mut report = match settings.target {
+            Target::All => {
+                let mut report = targets::run(&input, base);
+                // The same bytes as a choice stream for the wrong-change target.
+                let (wrong, outcomes) = wrong_writes::run(&input);
+                report.failures.extend(wrong);
+                report.signature.extend(outcomes);
+                report
+            }
+            Target::AlteredWrites => {
+                let (failure, outcome, accepted) = altered_writes::run(&input, &altered);
+                targets::Report {
+                    loaded: accepted && failure.is_none(),
+                    failures: failure.into_iter().collect(),
+                    signature: vec![outcome],
+                    reached_load: accepted,
+                    caught: Vec::new(),
+                }
+            }
+        };
         let took = exec_started.elapsed();
         *current.lock().unwrap() = None;
         summary.executions += 1;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use fuzz::{campaign, Settings, Summary};
+use fuzz::{campaign, Settings, Summary, Target};
 use pg_automerge_core::memory::CountingAllocator;
 
 #[global_allocator]
@@ -21,6 +21,10 @@ struct Flags {
     /// Stop after this many executions, if that comes first.
     #[arg(long)]
     executions: Option<u64>,
+    /// What each input runs through: `all` (every byte input of the core, and the
+    /// wrong-change target) or `altered-writes` (one honest change altered at random).
+    #[arg(long, value_enum, default_value_t = Target::All)]
+    target: Target,
     /// Seed of the mutations: the same seed and executions give the same inputs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -53,6 +57,7 @@ fn main() {
         return;
     }
     let settings = Settings {
+        target: flags.target,
         time: flags.time,
         executions: flags.executions,
         seed: flags.seed,

@@ -14,7 +14,7 @@ use crate::targets::Failure;
 #[path = "../../extension/core/tests/support/loads.rs"]
 mod loads;
 
-pub use loads::{check_loads, checked_write, honest_and_wrong_writes, Entry};
+pub use loads::{check_loads, checked_write, honest_and_wrong_writes, Entry, FAST};
 
 /// The name failures and written inputs carry.
 pub const TARGET: &str = "wrong_changes";

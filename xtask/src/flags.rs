@@ -177,6 +177,27 @@ pub struct FuzzFlags {
     /// Seed of the mutations; the same seed replays the same inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// What each input runs through: `all` (every byte input of the core crate and the
+    /// wrong-change target) or `altered-writes` (an honest change with one field altered at
+    /// random, through one entry point: issue 35's mode, cheap enough for millions).
+    #[arg(long, value_enum, default_value_t = FuzzTarget::All)]
+    pub target: FuzzTarget,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FuzzTarget {
+    All,
+    AlteredWrites,
+}
+
+impl FuzzTarget {
+    /// The fuzzer's `--target` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            FuzzTarget::All => "all",
+            FuzzTarget::AlteredWrites => "altered-writes",
+        }
+    }
 }
 
 /// `--base` value that selects the Debian base made with debootstrap.

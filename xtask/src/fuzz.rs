@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use report_table::Table;
 use xshell::Shell;
 
-use crate::flags::FuzzFlags;
+use crate::flags::{FuzzFlags, FuzzTarget};
 use crate::project_root;
 use crate::provenance::Provenance;
 use crate::util::{note, step};
@@ -48,15 +48,22 @@ pub struct Campaign {
 impl FuzzFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
         // The code that is fuzzed is what the checkout holds now, not when the run ends.
-        let command = format!("cargo xtask fuzz --time {} --seed {}", self.time, self.seed);
+        let target = self.target.name();
+        let command =
+            format!("cargo xtask fuzz --time {} --seed {} --target {target}", self.time, self.seed);
         let provenance = Provenance::collect(sh, &command, &[])?;
-        let campaign = step(&format!("fuzz the core crate for {}", self.time), || {
-            campaign(&self.time, self.seed)
+        let campaign = step(&format!("fuzz the core crate for {} ({target})", self.time), || {
+            campaign(&self.time, self.seed, self.target)
         })?;
-        // Named by date and commit, so that runs of one day do not overwrite each other.
-        let path = project_root()
-            .join(format!("results/fuzz-{}-{}.md", provenance.date, provenance.commit));
-        let report = report(&provenance, &campaign)?;
+        // Named by date, commit, target and seed, so that runs do not overwrite each other.
+        let name = match self.target {
+            FuzzTarget::All => format!("fuzz-{}-{}", provenance.date, provenance.commit),
+            _ => {
+                format!("fuzz-{}-{}-{target}-seed{}", provenance.date, provenance.commit, self.seed)
+            }
+        };
+        let path = project_root().join(format!("results/{name}.md"));
+        let report = report(&provenance, &campaign, self.target)?;
         std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
         note(format!("wrote {}", path.display()));
         if campaign.counts.failures > 0 {
@@ -67,10 +74,10 @@ impl FuzzFlags {
 }
 
 /// Builds and runs the fuzzer, passing its output through, and reads what it reports.
-pub fn campaign(time: &str, seed: u64) -> Result<Campaign> {
+pub fn campaign(time: &str, seed: u64, target: FuzzTarget) -> Result<Campaign> {
     let mut fuzz = Command::new("cargo");
     fuzz.args(["run", "--quiet", "--profile", "fuzz", "--package", "fuzz", "--"])
-        .args(["--time", time, "--seed", &seed.to_string()])
+        .args(["--time", time, "--seed", &seed.to_string(), "--target", target.name()])
         .current_dir(project_root())
         .stdout(Stdio::piped());
     let mut child = fuzz.spawn().context("starting the fuzzer")?;
@@ -117,7 +124,7 @@ fn parse_counts(line: &str) -> Option<FuzzCounts> {
 }
 
 /// The results page: what ran, where, with which versions, and what it found.
-fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
+fn report(provenance: &Provenance, campaign: &Campaign, target: FuzzTarget) -> Result<String> {
     let counts = &campaign.counts;
     let regressions = std::fs::read_dir(project_root().join("fuzz/regressions"))?.count();
     let list = |items: &[String]| -> String {
@@ -127,17 +134,41 @@ fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
             items.iter().map(|item| format!("- {item}\n")).collect()
         }
     };
+    let (executions, reached, loaded, targets) = match target {
+        FuzzTarget::All => (
+            "executions (each runs the byte targets and the wrong-change target on its input)",
+            "executions whose input reached Automerge's load",
+            "executions whose input loaded as a document",
+            "every byte input of the core crate (type input as text and bytes, `doc || bytea`, \
+             merge, stored values with a mismatched header, JSON, changes, catch-up bytes and \
+             spans now and as of earlier heads), under a 64 MB load limit; and the wrong-change \
+             target (`fuzz/src/wrong_writes.rs`): the same input as a choice stream of honest \
+             edits and structurally valid but wrong changes written through every entry \
+             point, each accepted value checked to load, keep its load's JSON and save \
+             loadably (issue 14)",
+        ),
+        FuzzTarget::AlteredWrites => (
+            "executions (each alters one honest JS-shaped change and writes it through one entry point)",
+            "executions whose write was accepted (and its value checked)",
+            "accepted values that kept the invariant",
+            "the altered-change target (`fuzz/src/altered_writes.rs`, issue 35): the input as a \
+             choice stream picks a stored client document (texts with marks and blocks, lists, \
+             counters, nested maps), one of 64 honest JS-shaped changes on it, an alteration of \
+             one field of its header or of one operation (or an operation removed, repeated or \
+             moved), and one of the entry points (`||` with and without the fast paths and with \
+             a held index, INSERT of save and changes and of changes only, merges both ways, \
+             compact); a write must be refused as invalid binary or leave a value that loads, \
+             keeps its load's JSON and saves loadably",
+        ),
+    };
     let mut table = Table::pairs();
     for (name, value) in [
-        (
-            "executions (each runs the byte targets and the wrong-change target on its input)",
-            counts.executions,
-        ),
+        (executions, counts.executions),
         ("seconds", counts.seconds),
         ("seeds (fixture saves, changes, bundles, regression inputs)", counts.seeds),
         ("corpus at the end (seeds and kept mutants)", counts.corpus),
-        ("executions whose input reached Automerge's load", counts.reached_load),
-        ("executions whose input loaded as a document", counts.loaded),
+        (reached, counts.reached_load),
+        (loaded, counts.loaded),
         (
             "failures (a panic escaping the core, a load over twice its estimate plus 4 MB, an \
              input over 5 s)",
@@ -152,13 +183,7 @@ fn report(provenance: &Provenance, campaign: &Campaign) -> Result<String> {
         "# Fuzzing pg_automerge_core, {date}\n\n\
          Generated by xtask; do not edit.\n\n\
          {provenance}\
-         - targets: every byte input of the core crate (type input as text and bytes, \
-         `doc || bytea`, merge, stored values with a mismatched header, JSON, changes, \
-         catch-up bytes and spans now and as of earlier heads), under a 64 MB load limit; and \
-         the wrong-change target (`fuzz/src/wrong_writes.rs`): the same input as a choice \
-         stream of honest edits and structurally valid but wrong changes written through \
-         every entry point, each accepted value checked to load, keep its load's JSON and \
-         save loadably (issue 14)\n\n\
+         - targets: {targets}\n\n\
          {table}\n\
          ## Failures\n\n{failure_list}\n\
          ## Panics inside Automerge caught by the core\n\n\

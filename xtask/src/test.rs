@@ -17,7 +17,7 @@ use crate::citus;
 use crate::cluster::{checkout_id, Cluster};
 use crate::distributed;
 use crate::doc_examples;
-use crate::flags::{BenchScale, SetupFlags, TestFlags, TestStep, DEBOOTSTRAP_BASE};
+use crate::flags::{BenchScale, FuzzTarget, SetupFlags, TestFlags, TestStep, DEBOOTSTRAP_BASE};
 use crate::fuzz;
 use crate::image;
 use crate::install::PgInstall;
@@ -71,11 +71,13 @@ impl TestFlags {
         }
 
         if runs(TestStep::Fuzz) {
-            let fuzzed = step(&format!("fuzz the core crate for {}", fuzz::BOUNDED_TIME), || {
-                fuzz::campaign(fuzz::BOUNDED_TIME, 1)
-            })?;
-            summary.push(format!("fuzz: {}", fuzzed.counts));
-            total.failed += fuzzed.counts.failures as usize;
+            for target in [FuzzTarget::All, FuzzTarget::AlteredWrites] {
+                let title =
+                    format!("fuzz the core crate for {} ({})", fuzz::BOUNDED_TIME, target.name());
+                let fuzzed = step(&title, || fuzz::campaign(fuzz::BOUNDED_TIME, 1, target))?;
+                summary.push(format!("fuzz ({}): {}", target.name(), fuzzed.counts));
+                total.failed += fuzzed.counts.failures as usize;
+            }
         }
 
         // The snapshots step runs examples/node-client against the server too.

@@ -164,6 +164,17 @@ impl<'a> DocumentOps<'a> {
         self.columns.iter().find(|(s, _)| *s == spec).map_or(&[][..], |(_, data)| data)
     }
 
+    /// Whether any operation has `action`, read from the action column alone.
+    pub fn has_action(&self, wanted: u64) -> Result<bool, Error> {
+        let mut actions = Rle::<u64>::new(self.column(spec::ACTION));
+        while let Some(found) = actions.next()? {
+            if found == Some(wanted) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// The operations in document order; an error ends the iteration.
     pub fn iter(&self) -> impl Iterator<Item = Result<RawOp<'_>, Error>> + '_ {
         let mut rows = Rows {

@@ -14,6 +14,13 @@
 //!   This is what refuses unknown columns, actors listed but unused, predecessors that are
 //!   not where the change says, deletes of nothing and operations Automerge dropped.
 //!
+//! - the marks of the document it makes are in the order the loader of a save requires
+//!   (see [`mark_order`]): each mark end after its begin, in the same object. Applying a
+//!   change does not check it, and a save with the change appended still loads, but the
+//!   next save does not; so when the added changes hold a mark operation, the document's
+//!   save (uncompressed, which costs a few milliseconds beside the load the write made) is
+//!   read for it.
+//!
 //! We add one rule of our own: counters may not start past every operation the document
 //! has (plus one), so one change cannot use up the counters of a document (a change at
 //! 2^32 - 1 would leave no counter for any later change). Clients start a change right
@@ -25,9 +32,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use automerge::{ActorId, Automerge, ChangeHash, ChangeMetadata};
+use automerge::legacy::{Key, ObjectId, OpType};
+use automerge::{ActorId, Automerge, Change, ChangeHash, ChangeMetadata, ObjType};
 
+use crate::doc_ops::DocumentOps;
 use crate::guard::no_panic;
+use crate::mark_order::{self, Misplaced};
 use crate::Error;
 
 /// A loader rule that a change breaks.
@@ -48,6 +58,13 @@ pub enum Rule {
     /// Automerge records it differently from how it came: an operation refers to something
     /// the document lacks, or the change is not encoded as Automerge encodes it.
     NotAsRecorded,
+    /// An operation (`counter@actor`) is keyed as another kind of object than its own:
+    /// by element in a map, by name in a list or text, or a mark that is not inserted into
+    /// a sequence.
+    KeyOfOtherObjectKind { op: String, object: ObjType },
+    /// One of its mark ends (`counter@actor`) is not after its begin in the same object,
+    /// in document order.
+    MarkOrder { end: String, cause: Misplaced },
 }
 
 impl fmt::Display for Rule {
@@ -77,6 +94,17 @@ impl fmt::Display for Rule {
             Rule::CountersOverflow { max_op } => {
                 write!(f, "its operation counters reach {max_op}, past 2^32 - 1")
             }
+            Rule::KeyOfOtherObjectKind { op, object } => write!(
+                f,
+                "its operation {op} is keyed or marked as no operation of a {object} object \
+                 can be (an element in a map, a name in a sequence, a mark that is not \
+                 inserted into a sequence)"
+            ),
+            Rule::MarkOrder { end, cause } => write!(
+                f,
+                "its mark end {end} breaks the mark order of a save ({cause}): Automerge \
+                 applies it, but refuses every later save of the document"
+            ),
             Rule::NotAsRecorded => write!(
                 f,
                 "Automerge records it differently from how it came (an operation refers to \
@@ -98,6 +126,52 @@ impl fmt::Display for Broken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "change {}: {}", self.change, self.rule)
     }
+}
+
+/// Checks changes before they are applied to `doc`, for what applying them does not check
+/// and can leave in a state no save of which loads (in a debug build of the crate, what its
+/// own assertions stop): each operation's key must be of its object's kind, an element or
+/// the start for a list or text, a name for a map; and a mark operation is an insertion
+/// into a text or list (applied as an update of an element instead, it hides the element
+/// from a load of the save but not from the document it was applied to). Objects the changes make count, as do the document's; an object neither has is
+/// left to the apply, which refuses it. `changes` that are not all change chunks (a save
+/// among them) are left to the loader.
+pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<(), Error> {
+    let mut made: BTreeMap<(u64, ActorId), ObjType> = BTreeMap::new();
+    for change in changes {
+        let Ok(expanded) = no_panic(|| change.decode()) else { continue };
+        let start = change.start_op().get();
+        for (index, op) in expanded.operations.iter().enumerate() {
+            if let OpType::Make(obj_type) = op.action {
+                made.insert((start + index as u64, change.actor_id().clone()), obj_type);
+            }
+            let obj_type = match &op.obj {
+                ObjectId::Root => ObjType::Map,
+                ObjectId::Id(id) => {
+                    let key = (id.counter(), id.actor().clone());
+                    match made.get(&key) {
+                        Some(obj_type) => *obj_type,
+                        None => match no_panic(|| doc.import(&format!("{}@{}", key.0, key.1))) {
+                            Ok(Ok((_, obj_type))) => obj_type,
+                            _ => continue,
+                        },
+                    }
+                }
+            };
+            let sequence = matches!(obj_type, ObjType::List | ObjType::Text);
+            let mark = matches!(op.action, OpType::MarkBegin(..) | OpType::MarkEnd(_));
+            let fits = match op.key {
+                Key::Seq(_) => sequence && (op.insert || !mark),
+                Key::Map(_) => !sequence && !mark,
+            };
+            if !fits {
+                let op_id = format!("{}@{}", start + index as u64, change.actor_id());
+                let rule = Rule::KeyOfOtherObjectKind { op: op_id, object: obj_type };
+                return Err(Error::BreaksLoadRule(Broken { change: change.hash(), rule }));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks the changes that `doc` gained since it had the heads `before`: the document's
@@ -125,12 +199,44 @@ pub fn broken_added(doc: &Automerge, before: &[ChangeHash]) -> Option<Broken> {
     }
     // What a save would record of the added changes: they must hash as they came.
     let recorded = no_panic(|| doc.get_changes(before)).unwrap_or_default();
-    let recorded: BTreeSet<ChangeHash> = recorded.iter().map(|change| change.hash()).collect();
-    if recorded != added_hashes {
-        let change = added_hashes.difference(&recorded).next().copied();
+    let recorded_hashes: BTreeSet<ChangeHash> =
+        recorded.iter().map(|change| change.hash()).collect();
+    if recorded_hashes != added_hashes {
+        let change = added_hashes.difference(&recorded_hashes).next().copied();
         return Some(Broken { change: change.unwrap_or(added[0].hash), rule: Rule::NotAsRecorded });
     }
+    if recorded.iter().any(has_mark_operation) {
+        return broken_mark_order(doc);
+    }
     None
+}
+
+fn has_mark_operation(change: &Change) -> bool {
+    let ops = change.decode().operations;
+    ops.iter().any(|op| matches!(op.action, OpType::MarkBegin(..) | OpType::MarkEnd(_)))
+}
+
+/// The mark rule of a save, checked on the document's uncompressed save: the change of the
+/// first mark end it refuses (an added change, or one an older version stored), if any.
+fn broken_mark_order(doc: &Automerge) -> Option<Broken> {
+    let unreadable = || Some(Broken { change: ChangeHash([0; 32]), rule: Rule::NotAsRecorded });
+    let Ok(save) = no_panic(|| doc.save_nocompress()) else { return unreadable() };
+    let misplaced = match mark_order::misplaced_mark_end(&save) {
+        Ok(found) => found?,
+        Err(_) => return unreadable(),
+    };
+    let (counter, actor_index) = misplaced.end;
+    let actor = DocumentOps::read(&save).ok().and_then(|ops| ops.actors.get(actor_index).cloned());
+    let changes = no_panic(|| doc.get_changes_meta(&[])).unwrap_or_default();
+    let change = changes
+        .iter()
+        .find(|c| Some(&*c.actor) == actor.as_ref() && (c.start_op..=c.max_op).contains(&counter))
+        .map_or(ChangeHash([0; 32]), |c| c.hash);
+    let end = match actor {
+        Some(actor) => format!("{counter}@{actor}"),
+        None => format!("{counter}@actor {actor_index}"),
+    };
+    Some(Broken { change, rule: Rule::MarkOrder { end, cause: misplaced.cause } })
 }
 
 /// The hash of each change that an added change must follow: its actor's change with the

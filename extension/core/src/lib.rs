@@ -24,6 +24,7 @@ pub mod interrupts;
 pub mod json;
 pub mod kept_json;
 pub mod leb128;
+pub mod mark_order;
 pub mod markdown;
 pub mod memory;
 pub mod repair;

@@ -470,6 +470,9 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
         return Ok(());
     }
     let before = doc.get_heads();
+    if let Some(parsed) = parse_changes(changes) {
+        integrity::check_incoming(doc, &parsed)?;
+    }
     // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
     // first: bad bytes are an error, never a silently shorter write.
     let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);

@@ -12,9 +12,13 @@ use std::path::PathBuf;
 
 use automerge::legacy::{Key, OpId, SortedVec};
 use automerge::transaction::Transactable;
+use automerge::Automerge;
 use automerge::{ActorId, AutoCommit, Change, ExpandedChange, ROOT};
-use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
+use fixtures::wrong_changes::{
+    altered_change, client_document, honest_edit, wrong_change, Choices, Wrong,
+};
 use pg_automerge_core::document::stored_from_client_bytes;
+use pg_automerge_core::ErrorKind;
 use proptest::prelude::*;
 use support::{assert_loads, checked_write, honest_and_wrong_writes, Entry, FAST};
 
@@ -81,12 +85,63 @@ kind_tests! {
     text_delete_other_element_pred: TextDeleteOtherElementPred,
     nested_put_pred_on_other_object: NestedPutPredOnOtherObject,
     list_insert_counters_below_deps: ListInsertCountersBelowDeps,
+    mark_end_without_begin: MarkEndWithoutBegin,
+    mark_end_before_begin: MarkEndBeforeBegin,
+    mark_end_at_head: MarkEndAtHead,
+    mark_on_map: MarkOnMap,
 }
 
 #[test]
 fn every_kind_has_a_test() {
     // The macro above lists each kind once; a new kind must be added there.
-    assert_eq!(Wrong::ALL.len(), 19);
+    assert_eq!(Wrong::ALL.len(), 23);
+}
+
+/// Issue 35: each mark kind is refused through every entry point, as invalid binary with
+/// its rule named in the DETAIL (the mark order; for a mark on a map, marks belong to
+/// sequences), on a document made by the crate as the JS client
+/// makes it and on one after a few honest edits; and Automerge itself applies each (so
+/// only our check stands between it and a value whose next save does not load).
+#[test]
+fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
+    for kind in Wrong::MARKS {
+        for edits in [0u32, 5] {
+            let mut doc = client_document(1);
+            for round in 0..edits {
+                honest_edit(&mut doc, &mut Choices::new(&round.to_le_bytes()));
+            }
+            let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
+            let bytes = wrong_change(&mut doc, kind, &mut Choices::new(&[1, 2, 3]))
+                .unwrap_or_else(|| panic!("{kind:?} is made"));
+            // In a debug build the crate's own op-order assertion may stop the apply.
+            let before = doc.save();
+            let saved_after_apply = std::panic::catch_unwind(|| {
+                let mut applied = Automerge::load(&before).unwrap();
+                applied.load_incremental(&bytes).unwrap();
+                applied.save()
+            });
+            if let Ok(saved) = saved_after_apply {
+                assert!(Automerge::load(&saved).is_err(), "{kind:?}: its save loads");
+            } else {
+                eprintln!("{kind:?}: the crate's debug assertions stop its apply");
+            }
+            for entry in Entry::ALL {
+                let err = support::write(entry, &server, &bytes)
+                    .map(|_| ())
+                    .expect_err(&format!("{kind:?} via {entry:?} was accepted"));
+                assert_eq!(err.kind(), ErrorKind::InvalidBinary, "{kind:?} via {entry:?}: {err}");
+                let detail = err.detail().unwrap_or_default();
+                let rule = match kind {
+                    Wrong::MarkOnMap => "a mark that is not inserted into a sequence",
+                    _ => "breaks the mark order of a save",
+                };
+                assert!(
+                    detail.contains(rule),
+                    "{kind:?} via {entry:?}: the DETAIL names another rule: {detail}"
+                );
+            }
+        }
+    }
 }
 
 // The five cases adversarial.rs once skipped as known failures, through every entry point.
@@ -209,6 +264,40 @@ proptest! {
         let mut samples = 0;
         if let Err(broken) = honest_and_wrong_writes(&input, |written| sample("run", written, 3, &mut samples)) {
             prop_assert!(false, "{}", broken);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Issue 35's random mode: an honest JS-shaped change with one field altered, through
+    /// an entry point the input picks, on a client document after a few honest edits: every
+    /// write is refused as invalid binary, or leaves a value whose save loads.
+    #[test]
+    fn altered_honest_changes_leave_every_value_loadable(
+        input in proptest::collection::vec(any::<u8>(), 8..64)
+    ) {
+        let mut choices = Choices::new(&input);
+        let mut doc = client_document(1);
+        for _ in 0..choices.below(4) {
+            honest_edit(&mut doc, &mut choices);
+        }
+        let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
+        let entry = Entry::ALL[choices.below(Entry::ALL.len())];
+        if let Some(bytes) = altered_change(&mut doc, &mut choices) {
+            match checked_write("altered change", entry, &server, &bytes) {
+                Err(broken) => prop_assert!(false, "{}", broken),
+                Ok(Some(written)) => {
+                    let mut samples = 0;
+                    sample("altered", &written, 4, &mut samples);
+                }
+                Ok(None) => {}
+            }
         }
     }
 }

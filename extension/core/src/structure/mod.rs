@@ -426,9 +426,30 @@ impl Structure {
         }
         let actor = self.actor_index(change.actor_id());
         let mut edits = Edits::default();
+        // The object of the operation before, when it began a mark.
+        let mut mark_begun_in = None;
         for (index, op) in ops.into_iter().enumerate() {
             let id = OpId { counter: start + index as u64, actor };
+            let obj = match &op.obj {
+                ObjectId::Root => ROOT,
+                ObjectId::Id(obj) => self.known(obj)?,
+            };
+            // The loader's mark rule (see `mark_order`): a mark end's begin is the operation
+            // one counter before it, earlier in the same sequence. The index follows it only
+            // where that operation is this change's, which is how clients make marks.
+            let ends_mark = matches!(op.action, OpType::MarkEnd(_));
+            if ends_mark && mark_begun_in != Some(obj) {
+                return None;
+            }
+            mark_begun_in = matches!(op.action, OpType::MarkBegin(..)).then_some(obj);
             self.apply_op(id, op, &mut edits)?;
+            if ends_mark {
+                let begin = OpId { counter: id.counter - 1, ..id };
+                let Body::Seq(runs) = &self.objects.get(&obj)?.body else { return None };
+                if !runs::comes_before(runs, begin, id)? {
+                    return None;
+                }
+            }
         }
         self.latest_max_op[actor as usize] = Some(change.max_op());
         Some(edits.0)

@@ -22,6 +22,13 @@ pub(super) fn find(runs: &[Run], elem: OpId) -> Option<((usize, u64), u64)> {
     None
 }
 
+/// Whether element `first` comes before element `second`; `None` when one is not there.
+pub(super) fn comes_before(runs: &[Run], first: OpId, second: OpId) -> Option<bool> {
+    let ((run_a, at_a), _) = find(runs, first)?;
+    let ((run_b, at_b), _) = find(runs, second)?;
+    Some((run_a, at_a) < (run_b, at_b))
+}
+
 /// Splits runs so that the element at `at` is a run of its own, and gives it `state`.
 pub(super) fn set_element_state(
     runs: &mut Vec<Run>,

@@ -8,7 +8,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
-use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
+use fixtures::wrong_changes::{
+    altered_change, client_document, honest_edit, wrong_change, Choices, Wrong,
+};
 use pg_automerge_core::document::WriteSettings;
 use pg_automerge_core::{document, format, index_cache, json, kept_json, writes, Error, ErrorKind};
 
@@ -185,7 +187,14 @@ pub fn honest_and_wrong_writes(
                     .collect();
                 (format!("step {step}: honest changes of replica {r}"), new)
             }
-            6..=8 => {
+            8 => {
+                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
+                    .unwrap()
+                    .with_actor(actor(r as u8 + 1));
+                let Some(bytes) = altered_change(&mut held, &mut choices) else { continue };
+                (format!("step {step}: altered change (replica {r}'s actor)"), bytes)
+            }
+            6 | 7 => {
                 let kind = *choices.pick(&Wrong::ALL);
                 // Crafted on what the server holds, as replica r's actor.
                 let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
