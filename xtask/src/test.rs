@@ -380,6 +380,7 @@ fn cluster_checks(
             .args(["--skip", HOSTILE_PREFIX])
             .env(cluster_tests::PSQL_ENV, cluster.psql_path())
             .env(cluster_tests::CONNECTION_ENV, cluster.conninfo(DATABASE))
+            .env(cluster_tests::SERVER_LOG_ENV, &cluster.log_file)
             .current_dir(project_root());
         Ok((examples, counted(snapshots)?))
     });

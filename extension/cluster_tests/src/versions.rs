@@ -20,6 +20,7 @@ pub const RELEASES: &[(&str, &str)] = &[
     ("0.2.0", "ff59eea797646745603ace46f4cb98de3726c984b77fe5eb34d4902f6e1712ea"),
     ("0.3.0", "f326a8be4ef0449bf20fd596de7151aa06ed1f1636a57ae270ffb4e867440069"),
     ("0.4.0", "995f13c14e6c6a5fc5842b7560123dc674a987da884be184812a11c5d27cf36c"),
+    ("0.5.0", "52aea7c5ba53ca765bd9d56ad3d82d33011f5dfe4680b94b2aae79dd36d4b821"),
 ];
 
 pub fn sql_dir() -> PathBuf {

@@ -155,3 +155,108 @@ async fn a_table_without_a_primary_key_is_left_alone() {
         .get(0);
     assert_eq!(appended, 1);
 }
+
+/// Issue 35: a value 0.5.0 stored from a mark change whose end comes before its begin,
+/// appended after the save (clients load it; no save of it loads), written here past the
+/// checks as 0.5.0 wrote it. The compactor leaves it as it is, loadable, with one WARNING
+/// naming the table and key, and counts it; once repaired it compacts as any other.
+#[tokio::test]
+async fn a_value_no_save_of_which_loads_is_left_warned_about_and_counted() {
+    use fixtures::wrong_changes::{client_document, wrong_change, Choices, Wrong};
+    use pg_automerge_core::document::{client_bytes, stored_from_client_bytes, WriteSettings};
+    use pg_automerge_core::format::{self, Kept, Summary};
+
+    let client = connect_to(COMPACTOR_DATABASE).await;
+    let table = "compacted_marks_0_5_0";
+    let mut doc = client_document(7);
+    let wrong = wrong_change(&mut doc, Wrong::MarkEndBeforeBegin, &mut Choices::new(&[]))
+        .expect("the client document has a text to mark");
+    let good = stored_from_client_bytes(&doc.save(), WriteSettings::UNLIMITED).unwrap();
+    let value = format::decode(&good).unwrap();
+    let change = automerge::Change::try_from(&wrong[..]).unwrap();
+    let summary = Summary {
+        change_count: value.summary.change_count + 1,
+        op_count: value.summary.op_count + change.len() as u64,
+        heads: vec![change.hash()],
+    };
+    let kept = Kept { appended_changes: 1, ..value.kept.clone().unwrap() };
+    let stored_by_0_5_0 = format::encode(&summary, &kept, &[value.payload, &wrong[..]].concat());
+    assert!(Automerge::load(client_bytes(&stored_by_0_5_0).unwrap()).is_ok());
+
+    // A type with bytea's I/O, binary-coercible to `automerge`: the value is stored as it
+    // is, past every check, as only a superuser can.
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table};
+             CREATE TABLE {table} (id int PRIMARY KEY, doc automerge NOT NULL);
+             DO $$ BEGIN
+                 CREATE TYPE raw_automerge;
+                 CREATE FUNCTION raw_automerge_in(cstring) RETURNS raw_automerge
+                     AS 'byteain' LANGUAGE internal IMMUTABLE STRICT;
+                 CREATE FUNCTION raw_automerge_out(raw_automerge) RETURNS cstring
+                     AS 'byteaout' LANGUAGE internal IMMUTABLE STRICT;
+                 CREATE TYPE raw_automerge (INPUT = raw_automerge_in,
+                     OUTPUT = raw_automerge_out, INTERNALLENGTH = VARIABLE);
+                 CREATE CAST (raw_automerge AS automerge) WITHOUT FUNCTION;
+             EXCEPTION WHEN duplicate_object THEN NULL; END $$;"
+        ))
+        .await
+        .unwrap();
+    let hex = format!("\\x{}", hex::encode(&stored_by_0_5_0));
+    client
+        .execute(
+            &format!("INSERT INTO {table} VALUES (1, $1::text::raw_automerge::automerge)"),
+            &[&hex],
+        )
+        .await
+        .unwrap();
+    let left_before: i64 = client
+        .query_one("SELECT rows_left_unsafe FROM automerge_compactor_status()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // A write to the row brings it to the compactor's attention (it looks at rows written
+    // since its last round); an honest empty write of its heads changes nothing.
+    client.execute(&format!("UPDATE {table} SET doc = doc WHERE id = 1"), &[]).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        let left: i64 = client
+            .query_one("SELECT rows_left_unsafe FROM automerge_compactor_status()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if left > left_before || Instant::now() > deadline {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(left, left_before + 1, "the compactor counts the row it left");
+    let bytes: Vec<u8> = client
+        .query_one(&format!("SELECT doc::bytea FROM {table} WHERE id = 1"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(bytes, client_bytes(&stored_by_0_5_0).unwrap(), "left as it is");
+    assert!(Automerge::load(&bytes).is_ok(), "and still loads in clients");
+    let log = std::env::var(cluster_tests::SERVER_LOG_ENV).expect("run through cargo xtask test");
+    let warnings = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter(|line| {
+            line.contains("WARNING") && line.contains(&format!("{table} [\"1\"] left as it is"))
+        })
+        .count();
+    assert_eq!(warnings, 1, "one WARNING names the table and the key");
+
+    // Repaired, it is a value as any other: the compactor saves it when written again.
+    client
+        .execute(&format!("UPDATE {table} SET doc = automerge_repair(doc) WHERE id = 1"), &[])
+        .await
+        .unwrap();
+    let loads: bool = client
+        .query_one(&format!("SELECT automerge_loads(doc) FROM {table} WHERE id = 1"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(loads);
+}

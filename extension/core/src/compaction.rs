@@ -20,8 +20,9 @@ pub struct Compacted {
 }
 
 impl Compacted {
-    /// Compacts `stored` (one load, within the load limit); `None` when it holds no
-    /// appended changes and is already in the current format. The JSON and the structure
+    /// Compacts `stored` (one load, within the load limit, and one of the new save to
+    /// verify it); `None` when it holds no appended changes and is already in the current
+    /// format. The JSON and the structure
     /// index the value keeps are the document's (appended writes keep them so), so they are
     /// kept as they are rather than built again from the load: about as long as the load
     /// itself on a long text.
@@ -31,8 +32,9 @@ impl Compacted {
         if appended == 0 && value.version == format::FORMAT_VERSION {
             return Ok(None);
         }
+        // Off the write path, the new save is loaded before it replaces anything.
         let compacted = match carried_over(&value, settings) {
-            Some(structure) => saved_anew(stored, structure, settings)?,
+            Some(structure) => document::verified(saved_anew(stored, structure, settings)?)?,
             None => document::compact(stored, settings)?,
         };
         Ok(Some(Compacted { from: value.payload.to_vec(), value: compacted }))

@@ -245,11 +245,33 @@ pub fn json_text<'a>(
 }
 
 /// The stored value saved anew in the current format, with no appended changes and its JSON
-/// when the settings keep it: one load, within the load limit.
+/// when the settings keep it: one load, within the load limit, and one of the new save,
+/// which must load before it replaces anything (see [`verified`]).
 pub fn compact(stored: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
     let value = format::decode(stored)?;
     settings.load_limit.check(&estimate::estimate_stored(&value.summary, value.payload))?;
-    to_stored(&load_stored(stored)?, settings)
+    verified(to_stored(&load_stored(stored)?, settings)?)
+}
+
+/// `written`, a value saved anew off the write path (by the compactor, `automerge_compact`
+/// or a repair), once its payload is known to load in Automerge with the heads its header
+/// records: what no write rule caught (a change an older version stored) must not turn a
+/// value that clients load into a save that none does. The value it was made from is then
+/// left as it is.
+pub fn verified(written: Vec<u8>) -> Result<Vec<u8>, Error> {
+    let value = format::decode(&written)?;
+    let unsafe_save = |why: String| {
+        Error::CorruptStoredValue(format!(
+            "its new save would not load ({why}), so the value is left as it is"
+        ))
+    };
+    let loaded = memory::timed_load(|| no_panic(|| Automerge::load(value.payload)))
+        .map_err(unsafe_save)?
+        .map_err(|err| unsafe_save(err.to_string()))?;
+    if loaded.get_heads() != value.summary.heads {
+        return Err(unsafe_save("it loads with other heads".into()));
+    }
+    Ok(written)
 }
 
 /// Whether the stored value is known, from its header alone, to contain every change in

@@ -92,7 +92,7 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
             Err(_) => dropped.extend(change_hash(chunk)),
         }
     }
-    Ok(Repaired { stored: to_stored(&doc, settings)?, dropped, rebuilt })
+    Ok(Repaired { stored: document::verified(to_stored(&doc, settings)?)?, dropped, rebuilt })
 }
 
 /// A save that does not load with its recorded heads, rebuilt from its operations: loaded
@@ -238,6 +238,42 @@ mod tests {
         assert!(loads(&repaired.stored, SETTINGS).unwrap());
         let json = kept_json::of(&repaired.stored, SETTINGS.json_codec).unwrap().unwrap();
         assert_eq!(json, kept);
+    }
+
+    /// Issue 35: what 0.5.0 stored from a change whose marks break the mark order. Appended
+    /// after the save (as `doc || change`, an INSERT of save and change and an upsert
+    /// keeping the incoming value stored it), clients load it, but no save of it loads:
+    /// compacting it, in the background or by `automerge_compact`, leaves it as it is
+    /// (an error, never a save that does not load), and a repair drops the change. Saved
+    /// into the save (as the write paths that loaded stored it), it does not load at all,
+    /// and a repair rebuilds it from its kept JSON.
+    #[test]
+    fn a_mark_change_stored_by_0_5_0_is_never_compacted_and_is_repaired() {
+        use crate::compaction::Compacted;
+        use fixtures::wrong_changes::{client_document, wrong_change, Choices, Wrong};
+        for kind in [Wrong::MarkEndWithoutBegin, Wrong::MarkEndBeforeBegin, Wrong::MarkEndAtHead] {
+            let mut doc = client_document(1);
+            let bytes = wrong_change(&mut doc, kind, &mut Choices::new(&[2])).unwrap();
+            let change = Change::from_bytes(bytes).unwrap();
+            let appended = appended_by_0_3_0(&mut doc, &change);
+            assert!(Automerge::load(document::client_bytes(&appended).unwrap()).is_ok());
+            assert!(!loads(&appended, SETTINGS).unwrap(), "{kind:?}");
+            let compacted = Compacted::of(&appended, SETTINGS);
+            assert!(compacted.is_err(), "{kind:?}: the compactor would store a save");
+            let err = document::compact(&appended, SETTINGS).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::DataCorrupted, "{kind:?}: {err}");
+            let repaired = repair(&appended, SETTINGS).unwrap();
+            assert_eq!(repaired.dropped, vec![change.hash()], "{kind:?}");
+            assert!(loads(&repaired.stored, SETTINGS).unwrap(), "{kind:?}");
+            assert_eq!(format::decode(&repaired.stored).unwrap().summary.heads, doc.get_heads());
+
+            let saved = saved_by_0_3_0(&mut doc, &change);
+            assert!(Automerge::load(document::client_bytes(&saved).unwrap()).is_err());
+            assert!(document::compact(&saved, SETTINGS).is_err(), "{kind:?}");
+            let repaired = repair(&saved, SETTINGS).unwrap();
+            assert_eq!(repaired.rebuilt, Some(Rebuilt::FromJson), "{kind:?}");
+            assert!(loads(&repaired.stored, SETTINGS).unwrap(), "{kind:?}");
+        }
     }
 
     #[test]

@@ -18,25 +18,38 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pg_automerge_core::compaction::Compacted;
+use pg_automerge_core::ErrorKind;
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
+use pgrx::{PgAtomic, PgSqlErrorCode};
 
 use crate::datum::StoredDoc;
+use crate::errors::raise_sqlstate;
 use crate::gucs;
+use crate::memory::preloaded;
 
-/// Registers the worker, when the library is preloaded and a database is set.
+/// How many rows the compactor left as they are because no safe save of them could be
+/// made (see [`Outcome::LeftUnsafe`]), cluster-wide, for `automerge_compactor_status()`.
+static ROWS_LEFT_UNSAFE: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"pg_automerge_rows_left") };
+/// How many values the compactor saved anew since the server started.
+static COMPACTED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"pg_automerge_compacted") };
+
+/// Registers the worker and its counters, when the library is preloaded and a database is
+/// set.
 pub fn init() {
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
+    pgrx::pg_shmem_init!(ROWS_LEFT_UNSAFE);
+    pgrx::pg_shmem_init!(COMPACTED);
     if gucs::compactor_database().is_none() {
         return;
     }
@@ -105,6 +118,9 @@ struct Seen {
     /// them anew (their load takes longer than their writers take to reach
     /// `append_limit`): compacted only once quiet from then on.
     overtaken: HashSet<RowKey>,
+    /// Rows left as they are because no safe save of them could be made: each is warned
+    /// about once, and counted.
+    left_unsafe: HashSet<RowKey>,
 }
 
 /// A value left with appended changes while writes still came to it.
@@ -120,8 +136,11 @@ enum Outcome {
     Compacted,
     /// A write saved the value anew while it was being compacted.
     Overtaken,
-    /// Nothing to compact, or a value that does not compact (logged).
+    /// Nothing to compact.
     Left,
+    /// A value whose new save would not load, or that does not load itself (a change an
+    /// older version stored; `automerge_repair` mends it): left as it is, and why.
+    LeftUnsafe(String),
 }
 
 /// One round over the tables; how many values it compacted. A value with at least
@@ -187,8 +206,23 @@ fn round(seen: &mut HashMap<u32, Seen>) -> usize {
             let outcome = BackgroundWorker::transaction(AssertUnwindSafe(|| {
                 compact_row(table, &row.0, &row.1, type_oid)
             }));
+            if !matches!(outcome, Outcome::LeftUnsafe(_)) {
+                state.left_unsafe.remove(&row);
+            }
             match outcome {
-                Outcome::Compacted => compacted += 1,
+                Outcome::Compacted => {
+                    compacted += 1;
+                    COMPACTED.get().fetch_add(1, Ordering::Relaxed);
+                }
+                Outcome::LeftUnsafe(why) => {
+                    if state.left_unsafe.insert(row.clone()) {
+                        warning!(
+                            "pg_automerge compactor: {} {:?} left as it is: {why}",
+                            table.name,
+                            row.1
+                        );
+                    }
+                }
                 Outcome::Overtaken if hot => {
                     waiting.insert(
                         row.clone(),
@@ -201,7 +235,28 @@ fn round(seen: &mut HashMap<u32, Seen>) -> usize {
         }
         state.waiting = waiting;
     }
+    let left: usize = seen.values().map(|state| state.left_unsafe.len()).sum();
+    ROWS_LEFT_UNSAFE.get().store(left as u64, Ordering::Relaxed);
     compacted
+}
+
+/// What the background compactor did since the server started: how many values it saved
+/// anew, and how many rows it left as they are because no save of them that loads could be
+/// made (each named once in a WARNING in the server log). Needs the library in
+/// `shared_preload_libraries`.
+#[pg_extern(volatile, parallel_restricted)]
+fn automerge_compactor_status(
+) -> TableIterator<'static, (name!(compacted, i64), name!(rows_left_unsafe, i64))> {
+    if !preloaded() {
+        raise_sqlstate(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "automerge_compactor_status() needs pg_automerge in shared_preload_libraries".into(),
+            Some("Add pg_automerge to shared_preload_libraries and restart the server."),
+            "automerge_compactor_status",
+        );
+    }
+    let count = |counter: &PgAtomic<AtomicU64>| counter.get().load(Ordering::Relaxed) as i64;
+    TableIterator::once((count(&COMPACTED), count(&ROWS_LEFT_UNSAFE)))
 }
 
 /// The tables with `automerge` columns, the type's oid and the qualified name of
@@ -337,6 +392,9 @@ fn compact_row(table: &Table, column: &str, key: &[String], type_oid: pg_sys::Oi
     let compacted = match Compacted::of(&read, gucs::write_settings()) {
         Ok(Some(compacted)) => compacted,
         Ok(None) => return Outcome::Left,
+        Err(err) if err.kind() == ErrorKind::DataCorrupted => {
+            return Outcome::LeftUnsafe(err.to_string())
+        }
         Err(err) => {
             warning!("pg_automerge compactor: {} {key:?}: {err}", table.name);
             return Outcome::Left;

@@ -56,7 +56,7 @@ pub fn init() {
     }
 }
 
-fn preloaded() -> bool {
+pub fn preloaded() -> bool {
     // SAFETY: written once in _PG_init, before any SQL runs.
     unsafe { PRELOADED }
 }

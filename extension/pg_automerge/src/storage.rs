@@ -16,7 +16,7 @@
 
 use pg_automerge_core::document;
 use pg_automerge_core::estimate::estimate_stored;
-use pg_automerge_core::format;
+use pg_automerge_core::{format, ErrorKind};
 use pgrx::prelude::*;
 
 use crate::datum::{DocHeader, StoredDoc};
@@ -78,9 +78,17 @@ fn automerge_appended_changes(doc: DocHeader<'_>) -> i32 {
 /// changes, or without JSON.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
-    StoredDoc::owned(
-        document::compact(doc.stored(), gucs::write_settings()).or_raise("automerge_compact"),
-    )
+    match document::compact(doc.stored(), gucs::write_settings()) {
+        Ok(compacted) => StoredDoc::owned(compacted),
+        // Its new save would not load, or it does not load itself (a change an older
+        // version stored): the value stays as clients load it, and `UPDATE t SET doc =
+        // automerge_compact(doc)` goes on to the other rows.
+        Err(err) if err.kind() == ErrorKind::DataCorrupted => {
+            warning!("automerge_compact left the value as it is: {err}");
+            StoredDoc::owned(doc.stored().to_vec())
+        }
+        Err(err) => Err(err).or_raise("automerge_compact"),
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -43,6 +43,7 @@ pub fn sqlstate_of(sql: &str) -> String {
 pub struct Raised {
     pub sqlstate: String,
     pub message: String,
+    pub detail: Option<String>,
     pub hint: Option<String>,
 }
 
@@ -75,6 +76,7 @@ pub fn error_of(sql: &str) -> Option<Raised> {
             Some(Raised {
                 sqlstate: sqlstate_text(report.sql_error_code()),
                 message: report.message().to_string(),
+                detail: report.detail().map(str::to_string),
                 hint: report.hint().map(str::to_string),
             })
         })
