@@ -3,7 +3,8 @@
 
 use automerge::{Automerge, ChangeHash, ReadDoc, ROOT};
 use benches::{
-    configure, criterion, fixtures, forks, record_peak, selected, Author, Fixture, AUTOMERGE, OURS,
+    configure, criterion, fixtures, forks, record_peak, selected, Author, ClientWrite, Fixture,
+    AUTOMERGE, OURS,
 };
 use criterion::{BenchmarkId, Criterion};
 use fixtures::generated::Kind;
@@ -242,14 +243,20 @@ fn benches(c: &mut Criterion) {
             Box::new(doc.save())
         },
     );
-    // What the loader-rule checks cost on the path that loads: a text edit applied to the
-    // loaded document and saved, with the checks (since 0.4.0) and without them (as 0.3.0
-    // did). Both load and save the same way, so the ratio is the checks alone.
+    // What the loader-rule checks cost on the path that loads: a client's edit applied to
+    // the loaded document and saved, with the checks (the incoming operations' keys before
+    // the apply, the added changes after it, and for a mark the mark order of the
+    // document's save: 0.6.0) and without them (as 0.3.0 did). Both load and save the same
+    // way, so the ratio is the checks alone.
     let texts = only(&histories, |f| f.spec.kind != Kind::MapList);
     let edit = |checked: bool| {
         move |(save, change): &(Vec<u8>, Vec<u8>)| -> Box<dyn std::any::Any> {
             let mut doc = Automerge::load(save).unwrap();
             let before = doc.get_heads();
+            if checked {
+                let parsed = automerge::Change::from_bytes(change.clone()).unwrap();
+                integrity::check_incoming(&doc, &[parsed]).unwrap();
+            }
             doc.load_incremental(change).unwrap();
             if checked {
                 integrity::check_added(&doc, &before).unwrap();
@@ -262,6 +269,14 @@ fn benches(c: &mut Criterion) {
         "text edit with loader-rule checks",
         &texts,
         |f| (f.save.clone(), Author::new(&f.save).type_into_content()),
+        edit(true),
+        edit(false),
+    );
+    compare(
+        c,
+        "mark with loader-rule checks",
+        &texts,
+        |f| (f.save.clone(), Author::new(&f.save).client_write(ClientWrite::Mark)),
         edit(true),
         edit(false),
     );

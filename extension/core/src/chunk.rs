@@ -61,3 +61,29 @@ pub fn split_first(input: &[u8]) -> Result<(u8, &[u8], &[u8]), Error> {
         _ => Err(not_automerge("truncated chunk: the chunk runs past the end")),
     }
 }
+
+/// The checksum Automerge writes in a chunk's header: the first four bytes of the SHA-256
+/// of the chunk type, the uLEB128 length and the data (for a deflated change, of the change
+/// it inflates to).
+pub fn checksum(chunk_type: u8, data: &[u8]) -> [u8; 4] {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update([chunk_type]);
+    let mut len = Vec::new();
+    leb128::write_uleb(&mut len, data.len() as u64);
+    hasher.update(&len);
+    hasher.update(data);
+    hasher.finalize()[..4].try_into().expect("SHA-256 is 32 bytes")
+}
+
+/// `data` framed as a chunk of `chunk_type` (not a deflated change): the magic bytes, its
+/// checksum, the type and the length.
+pub fn framed(chunk_type: u8, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 16);
+    out.extend_from_slice(&AUTOMERGE_MAGIC);
+    out.extend_from_slice(&checksum(chunk_type, data));
+    out.push(chunk_type);
+    leb128::write_uleb(&mut out, data.len() as u64);
+    out.extend_from_slice(data);
+    out
+}

@@ -20,6 +20,8 @@ use crate::Error;
 pub struct MisplacedMarkEnd {
     /// The mark end's id: its counter and its actor's index in the save's actor list.
     pub end: RawOpId,
+    /// Its row: how many operations come before it in the save.
+    pub row: usize,
     pub cause: Misplaced,
 }
 
@@ -48,7 +50,7 @@ pub fn misplaced_mark_end(save: &[u8]) -> Result<Option<MisplacedMarkEnd>, Error
     }
     // Each mark begin seen so far, with its object (`None`: the root map).
     let mut begins: HashMap<RawOpId, Option<RawOpId>> = HashMap::new();
-    for op in ops.iter() {
+    for (row, op) in ops.iter().enumerate() {
         let op = op?;
         if op.action != action::MARK {
             continue;
@@ -63,7 +65,7 @@ pub fn misplaced_mark_end(save: &[u8]) -> Result<Option<MisplacedMarkEnd>, Error
             Some(_) => Misplaced::BeginInOtherObject,
             None => Misplaced::BeginNotBefore,
         };
-        return Ok(Some(MisplacedMarkEnd { end: op.id, cause }));
+        return Ok(Some(MisplacedMarkEnd { end: op.id, row, cause }));
     }
     Ok(None)
 }

@@ -1,15 +1,20 @@
 //! Finding and repairing stored values that do not keep the invariant of
 //! [`integrity`](crate::integrity): their Automerge bytes load, their kept JSON is the
-//! loaded document's, and their next save loads. Version 0.3.0 could store values that break
-//! it (a crafted change appended to the save, or saved into it); this version refuses such
-//! writes, and these functions find and mend what is already stored.
+//! loaded document's, and their next save loads. Versions 0.3.0 and 0.5.0 could store values
+//! that break it (a crafted change appended to the save, or saved into it; 0.5.0's, a change
+//! whose marks break the mark order); this version refuses such writes, and these functions
+//! find and mend what is already stored.
 
-use automerge::{hydrate, Automerge, ChangeHash, ScalarValue, TextEncoding};
+use std::collections::BTreeMap;
+
+use automerge::{hydrate, ActorId, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
 use crate::chunk::chunks;
+use crate::doc_ops::{self, DocumentOps};
 use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::estimate_stored;
 use crate::guard::no_panic;
+use crate::mark_order;
 use crate::{format, json, kept_json, writes, Error};
 
 /// Whether a stored value keeps the invariant: its header decodes; its save loads and the
@@ -70,20 +75,20 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
     }
     let value = format::decode(stored)?;
     let (save, appended) = split_save(value.payload);
-    let (mut doc, rebuilt) = match load_saved(save, Automerge::load) {
-        Ok(doc) => (doc, None),
-        Err(_) => match rebuild(save) {
-            Ok(doc) => (doc, Some(Rebuilt::FromOperations)),
-            Err(err) => {
-                let kept = value.kept.as_ref().and_then(|kept| kept.json).ok_or(err)?;
-                (
-                    from_json(kept_json::decode(&kept, settings.json_codec)?)?,
-                    Some(Rebuilt::FromJson),
-                )
-            }
+    let (mut doc, rebuilt, mut dropped) = match load_saved(save, Automerge::load) {
+        Ok(doc) => (doc, None, Vec::new()),
+        Err(_) => match without_misplaced_marks(save) {
+            Some((doc, dropped)) => (doc, None, dropped),
+            None => match rebuild(save) {
+                Ok(doc) => (doc, Some(Rebuilt::FromOperations), Vec::new()),
+                Err(err) => {
+                    let kept = value.kept.as_ref().and_then(|kept| kept.json).ok_or(err)?;
+                    let json = kept_json::decode(&kept, settings.json_codec)?;
+                    (from_json(json)?, Some(Rebuilt::FromJson), Vec::new())
+                }
+            },
         },
     };
-    let mut dropped = Vec::new();
     for chunk in chunks(appended) {
         let Ok((_, chunk)) = chunk else { break };
         let mut attempt = no_panic(|| doc.fork()).map_err(Error::CorruptStoredValue)?;
@@ -93,6 +98,84 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
         }
     }
     Ok(Repaired { stored: document::verified(to_stored(&doc, settings)?)?, dropped, rebuilt })
+}
+
+/// How many misplaced mark ends a repair turns into mark begins before it gives up on a
+/// save (and rebuilds it otherwise).
+const MAX_MISPLACED_MARKS: usize = 64;
+
+/// A save that does not load because marks in it break the mark order (as 0.5.0 could
+/// store them: see [`mark_order`]), without the changes that hold those marks and the
+/// changes that depend on them: the document of the other changes, as they were, and the
+/// hashes the dropped changes had. Each mark end the loader refuses is made a mark begin,
+/// which the loader takes (a begin without an end marks nothing); loaded so, without
+/// checking the heads, the changes holding them hash otherwise than they did, and so do
+/// those that depend on them. `None` when the save does not load that way either.
+fn without_misplaced_marks(save: &[u8]) -> Option<(Automerge, Vec<ChangeHash>)> {
+    let mut save = save.to_vec();
+    let mut ends = Vec::new();
+    while let Some(misplaced) = mark_order::misplaced_mark_end(&save).ok()? {
+        if ends.len() == MAX_MISPLACED_MARKS {
+            return None;
+        }
+        ends.push(misplaced.end);
+        save = doc_ops::with_mark_name_at(&save, misplaced.row, "").ok()?;
+    }
+    if ends.is_empty() {
+        return None;
+    }
+    let actors = DocumentOps::read(&save).ok()?.actors;
+    let ends: Vec<(u64, ActorId)> = ends
+        .iter()
+        .map(|(counter, actor)| Some((*counter, actors.get(*actor)?.clone())))
+        .collect::<Option<_>>()?;
+    let unchecked = load_saved(&save, Automerge::load_unverified_heads).ok()?;
+    // In dependency order, so that a change's dependencies are decided before it.
+    let changes = no_panic(|| unchecked.get_changes(&[])).ok()?;
+    drop(unchecked);
+    let mut as_stored: BTreeMap<ChangeHash, ChangeHash> = BTreeMap::new();
+    let mut kept = Vec::new();
+    for change in changes {
+        let range = change.start_op().get()..=change.max_op();
+        let holds_end = |(counter, actor): &(u64, ActorId)| {
+            actor == change.actor_id() && range.contains(counter)
+        };
+        if ends.iter().any(holds_end) || change.deps().iter().any(|dep| as_stored.contains_key(dep))
+        {
+            let hash = hash_as_stored(&change, &ends, &as_stored)?;
+            as_stored.insert(change.hash(), hash);
+        } else {
+            kept.push(change);
+        }
+    }
+    let mut doc = Automerge::new();
+    no_panic(|| doc.apply_changes(kept)).ok()?.ok()?;
+    Some((doc, as_stored.into_values().collect()))
+}
+
+/// The hash a change that [`without_misplaced_marks`] drops had as it was stored: its
+/// mark ends made begins by the repair are ends again, and its dependencies hash as they
+/// were stored.
+fn hash_as_stored(
+    change: &automerge::Change,
+    ends: &[(u64, ActorId)],
+    as_stored: &BTreeMap<ChangeHash, ChangeHash>,
+) -> Option<ChangeHash> {
+    use automerge::legacy::OpType;
+    let mut expanded = no_panic(|| change.decode()).ok()?;
+    let start = change.start_op().get();
+    for (index, op) in expanded.operations.iter_mut().enumerate() {
+        let id = (start + index as u64, change.actor_id().clone());
+        if let (true, OpType::MarkBegin(data)) = (ends.contains(&id), &op.action) {
+            op.action = OpType::MarkEnd(data.expand);
+        }
+    }
+    for dep in &mut expanded.deps {
+        *dep = as_stored.get(dep).copied().unwrap_or(*dep);
+    }
+    expanded.deps.sort();
+    expanded.hash = None;
+    no_panic(|| automerge::Change::from(expanded).hash()).ok()
 }
 
 /// A save that does not load with its recorded heads, rebuilt from its operations: loaded
@@ -246,7 +329,7 @@ mod tests {
     /// compacting it, in the background or by `automerge_compact`, leaves it as it is
     /// (an error, never a save that does not load), and a repair drops the change. Saved
     /// into the save (as the write paths that loaded stored it), it does not load at all,
-    /// and a repair rebuilds it from its kept JSON.
+    /// and a repair drops it too, keeping every other change as it was.
     #[test]
     fn a_mark_change_stored_by_0_5_0_is_never_compacted_and_is_repaired() {
         use crate::compaction::Compacted;
@@ -271,8 +354,10 @@ mod tests {
             assert!(Automerge::load(document::client_bytes(&saved).unwrap()).is_err());
             assert!(document::compact(&saved, SETTINGS).is_err(), "{kind:?}");
             let repaired = repair(&saved, SETTINGS).unwrap();
-            assert_eq!(repaired.rebuilt, Some(Rebuilt::FromJson), "{kind:?}");
+            assert_eq!(repaired.dropped, vec![change.hash()], "{kind:?}: the change, by its hash");
+            assert_eq!(repaired.rebuilt, None, "{kind:?}: the other changes as they were");
             assert!(loads(&repaired.stored, SETTINGS).unwrap(), "{kind:?}");
+            assert_eq!(format::decode(&repaired.stored).unwrap().summary.heads, doc.get_heads());
         }
     }
 
