@@ -134,9 +134,10 @@ impl fmt::Display for Broken {
 /// the start for a list or text, a name for a map; and a mark operation is an insertion
 /// into a text or list (applied as an update of an element instead, it hides the element
 /// from a load of the save but not from the document it was applied to). Objects the changes make count, as do the document's; an object neither has is
-/// left to the apply, which refuses it. `changes` that are not all change chunks (a save
-/// among them) are left to the loader.
-pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<(), Error> {
+/// left to the apply, which refuses it. Whether any of them holds a mark operation, which
+/// [`check_added`] is then told.
+pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<bool, Error> {
+    let mut marks = false;
     let mut made: BTreeMap<(u64, ActorId), ObjType> = BTreeMap::new();
     for change in changes {
         let Ok(expanded) = no_panic(|| change.decode()) else { continue };
@@ -159,7 +160,8 @@ pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<(), Error> 
                 }
             };
             let sequence = matches!(obj_type, ObjType::List | ObjType::Text);
-            let mark = matches!(op.action, OpType::MarkBegin(..) | OpType::MarkEnd(_));
+            let mark = is_mark(&op.action);
+            marks |= mark;
             let fits = match op.key {
                 Key::Seq(_) => sequence && (op.insert || !mark),
                 Key::Map(_) => !sequence && !mark,
@@ -171,17 +173,27 @@ pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<(), Error> 
             }
         }
     }
-    Ok(())
+    Ok(marks)
+}
+
+fn is_mark(action: &OpType) -> bool {
+    matches!(action, OpType::MarkBegin(..) | OpType::MarkEnd(_))
 }
 
 /// Checks the changes that `doc` gained since it had the heads `before`: the document's
 /// save loads again if and only if they keep the rules (its older changes kept them).
-pub fn check_added(doc: &Automerge, before: &[ChangeHash]) -> Result<(), Error> {
-    broken_added(doc, before).map_or(Ok(()), |broken| Err(Error::BreaksLoadRule(broken)))
+/// `marks` says whether they hold a mark operation, where the caller knows (from
+/// [`check_incoming`]); `None`, and they are read for it.
+pub fn check_added(
+    doc: &Automerge,
+    before: &[ChangeHash],
+    marks: Option<bool>,
+) -> Result<(), Error> {
+    broken_added(doc, before, marks).map_or(Ok(()), |broken| Err(Error::BreaksLoadRule(broken)))
 }
 
 /// The first rule that the changes added since `before` break, if any.
-pub fn broken_added(doc: &Automerge, before: &[ChangeHash]) -> Option<Broken> {
+fn broken_added(doc: &Automerge, before: &[ChangeHash], marks: Option<bool>) -> Option<Broken> {
     let Ok(added) = no_panic(|| doc.get_changes_meta(before)) else {
         return Some(Broken { change: ChangeHash([0; 32]), rule: Rule::NotAsRecorded });
     };
@@ -205,15 +217,12 @@ pub fn broken_added(doc: &Automerge, before: &[ChangeHash]) -> Option<Broken> {
         let change = added_hashes.difference(&recorded_hashes).next().copied();
         return Some(Broken { change: change.unwrap_or(added[0].hash), rule: Rule::NotAsRecorded });
     }
-    if recorded.iter().any(has_mark_operation) {
+    let has_marks =
+        |change: &Change| change.decode().operations.iter().any(|op| is_mark(&op.action));
+    if marks.unwrap_or_else(|| recorded.iter().any(has_marks)) {
         return broken_mark_order(doc);
     }
     None
-}
-
-fn has_mark_operation(change: &Change) -> bool {
-    let ops = change.decode().operations;
-    ops.iter().any(|op| matches!(op.action, OpType::MarkBegin(..) | OpType::MarkEnd(_)))
 }
 
 /// The mark rule of a save, checked on the document's uncompressed save: the change of the

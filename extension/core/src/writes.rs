@@ -97,7 +97,7 @@ fn may_contain(container: &StoredValue<'_>, contained: &StoredValue<'_>) -> bool
 pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
     let before = doc.get_heads();
     merge_unchecked(doc, other)?;
-    integrity::check_added(doc, &before)
+    integrity::check_added(doc, &before, None)
 }
 
 fn merge_unchecked(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
@@ -470,9 +470,11 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
         return Ok(());
     }
     let before = doc.get_heads();
-    if let Some(parsed) = parse_changes(changes) {
-        integrity::check_incoming(doc, &parsed)?;
-    }
+    // Change chunks are checked before they are applied; a save among them, by the loader.
+    let marks = match parse_changes(changes) {
+        Some(parsed) => Some(integrity::check_incoming(doc, &parsed)?),
+        None => None,
+    };
     // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
     // first: bad bytes are an error, never a silently shorter write.
     let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);
@@ -494,7 +496,7 @@ pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
     if !missing.is_empty() {
         return Err(Error::MissingDependenciesOnApply(missing));
     }
-    integrity::check_added(doc, &before)
+    integrity::check_added(doc, &before, marks)
 }
 
 #[cfg(test)]
