@@ -14,6 +14,10 @@
 //!   This is what refuses unknown columns, actors listed but unused, predecessors that are
 //!   not where the change says, deletes of nothing and operations Automerge dropped.
 //!
+//! - each operation is keyed as its object's kind is (an element in a list or text, a name
+//!   in a map), and a mark is inserted into a sequence: checked before the changes are
+//!   applied ([`check_incoming`]), since Automerge applies what breaks it into a document
+//!   that no save reproduces;
 //! - the marks of the document it makes are in the order the loader of a save requires
 //!   (see [`mark_order`]): each mark end after its begin, in the same object. Applying a
 //!   change does not check it, and a save with the change appended still loads, but the
@@ -133,10 +137,17 @@ impl fmt::Display for Broken {
 /// own assertions stop): each operation's key must be of its object's kind, an element or
 /// the start for a list or text, a name for a map; and a mark operation is an insertion
 /// into a text or list (applied as an update of an element instead, it hides the element
-/// from a load of the save but not from the document it was applied to). Objects the changes make count, as do the document's; an object neither has is
-/// left to the apply, which refuses it. Whether any of them holds a mark operation, which
+/// from a load of the save but not from the document it was applied to). Objects the
+/// changes make count, as do the document's; an object neither has is left to the apply,
+/// which refuses it. Returns whether any of them holds a mark operation, which
 /// [`check_added`] is then told.
 pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<bool, Error> {
+    keys_and_marks(doc, changes).map_err(Error::BreaksLoadRule)
+}
+
+/// What [`check_incoming`] checks: whether any change holds a mark, or the first operation
+/// keyed as no operation of its object can be.
+fn keys_and_marks(doc: &Automerge, changes: &[Change]) -> Result<bool, Broken> {
     let mut marks = false;
     let mut made: BTreeMap<(u64, ActorId), ObjType> = BTreeMap::new();
     for change in changes {
@@ -169,7 +180,7 @@ pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<bool, Error
             if !fits {
                 let op_id = format!("{}@{}", start + index as u64, change.actor_id());
                 let rule = Rule::KeyOfOtherObjectKind { op: op_id, object: obj_type };
-                return Err(Error::BreaksLoadRule(Broken { change: change.hash(), rule }));
+                return Err(Broken { change: change.hash(), rule });
             }
         }
     }
@@ -182,8 +193,8 @@ fn is_mark(action: &OpType) -> bool {
 
 /// Checks the changes that `doc` gained since it had the heads `before`: the document's
 /// save loads again if and only if they keep the rules (its older changes kept them).
-/// `marks` says whether they hold a mark operation, where the caller knows (from
-/// [`check_incoming`]); `None`, and they are read for it.
+/// `marks` says whether they hold a mark operation, where the caller checked them with
+/// [`check_incoming`] before applying them; `None` (a merge), and they are checked now.
 pub fn check_added(
     doc: &Automerge,
     before: &[ChangeHash],
@@ -217,9 +228,14 @@ fn broken_added(doc: &Automerge, before: &[ChangeHash], marks: Option<bool>) -> 
         let change = added_hashes.difference(&recorded_hashes).next().copied();
         return Some(Broken { change: change.unwrap_or(added[0].hash), rule: Rule::NotAsRecorded });
     }
-    let has_marks =
-        |change: &Change| change.decode().operations.iter().any(|op| is_mark(&op.action));
-    if marks.unwrap_or_else(|| recorded.iter().any(has_marks)) {
+    let marks = match marks {
+        Some(marks) => marks,
+        None => match keys_and_marks(doc, &recorded) {
+            Ok(marks) => marks,
+            Err(broken) => return Some(broken),
+        },
+    };
+    if marks {
         return broken_mark_order(doc);
     }
     None
