@@ -19,7 +19,7 @@ use crate::{chunk, leb128, Error};
 
 /// Column specifications of a document's operation columns: id << 4 | type (the deflate
 /// bit cleared).
-mod spec {
+pub(crate) mod spec {
     pub const OBJ_ACTOR: u32 = 1;
     pub const OBJ_COUNTER: u32 = 2;
     pub const KEY_ACTOR: u32 = 0x11;
@@ -93,7 +93,7 @@ pub struct RawOp<'a> {
     pub mark_name: Option<&'a str>,
 }
 
-fn corrupt(what: &str) -> Error {
+pub(crate) fn corrupt(what: &str) -> Error {
     Error::NotAutomerge(format!("document columns: {what}"))
 }
 
@@ -191,96 +191,8 @@ impl<'a> DocumentOps<'a> {
     }
 }
 
-/// The save `save` with the operation at `row` (in document order) given the mark name
-/// `name`, which makes a mark end a mark begin: how a repair gets a save whose mark order
-/// the loader refuses past the loader (see [`repair`](crate::repair)). Every other byte of
-/// the chunk is kept; the mark-name column is written anew, uncompressed, and the chunk's
-/// length and checksum follow.
-pub fn with_mark_name_at(save: &[u8], row: usize, name: &str) -> Result<Vec<u8>, Error> {
-    let (chunk_type, body, _) = chunk::split_first(save)?;
-    if chunk_type != chunk::DOCUMENT {
-        return Err(corrupt("not a document chunk"));
-    }
-    let mut rest = body;
-    let uleb = |rest: &mut &[u8]| {
-        let (value, after) = leb128::split_uleb(rest).ok_or_else(|| corrupt("truncated"))?;
-        *rest = after;
-        Ok::<u64, Error>(value)
-    };
-    let skip = |rest: &mut &[u8], n: u64| {
-        let n = usize::try_from(n).ok().filter(|n| *n <= rest.len());
-        *rest = &rest[n.ok_or_else(|| corrupt("truncated"))?..];
-        Ok::<(), Error>(())
-    };
-    for _ in 0..uleb(&mut rest)? {
-        let len = uleb(&mut rest)?;
-        skip(&mut rest, len)?;
-    }
-    let heads = uleb(&mut rest)?;
-    skip(&mut rest, heads.saturating_mul(32))?;
-    let specs = |rest: &mut &[u8]| {
-        (0..uleb(rest)?).map(|_| Ok((uleb(rest)?, uleb(rest)?))).collect::<Result<Vec<_>, _>>()
-    };
-    let change_specs = specs(&mut rest)?;
-    let op_specs_at = body.len() - rest.len();
-    let op_specs = specs(&mut rest)?;
-    let change_data_at = body.len() - rest.len();
-    skip(&mut rest, change_specs.iter().map(|(_, len)| len).sum())?;
-    let change_data = &body[change_data_at..body.len() - rest.len()];
-    let mut columns = Vec::with_capacity(op_specs.len() + 1);
-    for (spec, len) in op_specs {
-        let at = body.len() - rest.len();
-        skip(&mut rest, len)?;
-        columns.push((spec, Cow::Borrowed(&body[at..body.len() - rest.len()])));
-    }
-    let tail = rest;
-    let is_mark_name = |spec: u64| spec & !u64::from(spec::DEFLATE) == u64::from(spec::MARK_NAME);
-    let mut names: Vec<Option<&str>> = Vec::new();
-    let inflated;
-    if let Some((spec, data)) = columns.iter().find(|(spec, _)| is_mark_name(*spec)) {
-        inflated = inflate(*spec as u32, data)?;
-        let mut column = Rle::<&str>::new(&inflated);
-        while let Some(value) = column.next()? {
-            names.push(value);
-        }
-    }
-    // The loader wants a row in every column for each operation: the id column has one.
-    let (id_spec, id_data) = columns
-        .iter()
-        .find(|(spec, _)| *spec & !u64::from(spec::DEFLATE) == u64::from(spec::ID_ACTOR))
-        .ok_or_else(|| corrupt("no operation ids"))?;
-    let ids = inflate(*id_spec as u32, id_data)?;
-    let mut rows = 0;
-    let mut id_column = Rle::<u64>::new(&ids);
-    while id_column.next()?.is_some() {
-        rows += 1;
-    }
-    if row >= rows {
-        return Err(corrupt("no operation at that row"));
-    }
-    names.resize(rows.max(names.len()), None);
-    names[row] = Some(name);
-    let encoded = rle_strings(&names);
-    columns.retain(|(spec, _)| !is_mark_name(*spec));
-    let at = columns.partition_point(|(spec, _)| *spec < u64::from(spec::MARK_NAME));
-    columns.insert(at, (u64::from(spec::MARK_NAME), Cow::Owned(encoded)));
-
-    let mut new_body = body[..op_specs_at].to_vec();
-    leb128::write_uleb(&mut new_body, columns.len() as u64);
-    for (spec, data) in &columns {
-        leb128::write_uleb(&mut new_body, *spec);
-        leb128::write_uleb(&mut new_body, data.len() as u64);
-    }
-    new_body.extend_from_slice(change_data);
-    for (_, data) in &columns {
-        new_body.extend_from_slice(data);
-    }
-    new_body.extend_from_slice(tail);
-    Ok(chunk::framed(chunk::DOCUMENT, &new_body))
-}
-
 /// A column's data, inflated when its spec says it is deflated.
-fn inflate(spec: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Error> {
+pub(crate) fn inflate(spec: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Error> {
     if spec & spec::DEFLATE == 0 {
         return Ok(Cow::Borrowed(data));
     }
@@ -289,45 +201,6 @@ fn inflate(spec: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Error> {
         .read_to_end(&mut inflated)
         .map_err(|_| corrupt("a deflated column does not inflate"))?;
     Ok(Cow::Owned(inflated))
-}
-
-/// A run-length encoded string column, as Automerge writes one: a run of nulls as 0 and
-/// its length, a value repeated as its count and the value, other values as minus their
-/// count and each.
-fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut literals: Vec<&str> = Vec::new();
-    let flush = |out: &mut Vec<u8>, literals: &mut Vec<&str>| {
-        if literals.is_empty() {
-            return;
-        }
-        leb128::write_sleb(out, -(literals.len() as i64));
-        for value in literals.drain(..) {
-            leb128::write_uleb(out, value.len() as u64);
-            out.extend_from_slice(value.as_bytes());
-        }
-    };
-    let mut at = 0;
-    while at < values.len() {
-        let run = values[at..].iter().take_while(|value| **value == values[at]).count();
-        match values[at] {
-            None => {
-                flush(&mut out, &mut literals);
-                leb128::write_sleb(&mut out, 0);
-                leb128::write_uleb(&mut out, run as u64);
-            }
-            Some(value) if run > 1 => {
-                flush(&mut out, &mut literals);
-                leb128::write_sleb(&mut out, run as i64);
-                leb128::write_uleb(&mut out, value.len() as u64);
-                out.extend_from_slice(value.as_bytes());
-            }
-            Some(value) => literals.push(value),
-        }
-        at += run;
-    }
-    flush(&mut out, &mut literals);
-    out
 }
 
 struct Rows<'a> {
@@ -439,7 +312,7 @@ impl<'a> Rows<'a> {
 }
 
 /// A value of a run-length encoded column.
-trait RleValue<'a>: Sized + Copy {
+pub(crate) trait RleValue<'a>: Sized + Copy {
     fn read(data: &mut &'a [u8]) -> Option<Self>;
 }
 
@@ -477,18 +350,18 @@ enum Run<T> {
 
 /// A run-length encoded column (see `estimate::columns::rle_rows`): `next` gives
 /// `Some(None)` for a null row and `None` past the end.
-struct Rle<'a, T> {
+pub(crate) struct Rle<'a, T> {
     data: &'a [u8],
     run: Run<T>,
     left: u64,
 }
 
 impl<'a, T: RleValue<'a>> Rle<'a, T> {
-    fn new(data: &'a [u8]) -> Self {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
         Rle { data, run: Run::Null, left: 0 }
     }
 
-    fn next(&mut self) -> Result<Option<Option<T>>, Error> {
+    pub(crate) fn next(&mut self) -> Result<Option<Option<T>>, Error> {
         if self.left == 0 {
             if self.data.is_empty() {
                 return Ok(None);
@@ -608,36 +481,6 @@ mod tests {
                 .to_vec()
         );
         assert_eq!(ops.iter().filter(|op| op.key == RawKey::Head).count(), 2);
-    }
-
-    /// A mark end given a name is a mark begin; every other row reads as it did, and the
-    /// chunk's checksum is right (Automerge loads it, its heads aside).
-    #[test]
-    fn a_mark_name_written_at_one_row_changes_that_row_alone() {
-        use automerge::marks::{ExpandMark, Mark};
-        let mut doc = AutoCommit::new();
-        let text = doc.put_object(ROOT, "text", ObjType::Text).unwrap();
-        doc.splice_text(&text, 0, 0, "hello world").unwrap();
-        doc.mark(&text, Mark::new("bold".into(), true, 0, 5), ExpandMark::After).unwrap();
-        let save = doc.save();
-        let original = DocumentOps::read(&save).unwrap();
-        let before: Vec<RawOp<'_>> = original.iter().collect::<Result<_, _>>().unwrap();
-        let end = before
-            .iter()
-            .position(|op| op.action == action::MARK && op.mark_name.is_none())
-            .unwrap();
-        let rewritten = with_mark_name_at(&save, end, "x").unwrap();
-        let ops = DocumentOps::read(&rewritten).unwrap();
-        let after: Vec<RawOp<'_>> = ops.iter().collect::<Result<_, _>>().unwrap();
-        assert_eq!(after.len(), before.len());
-        for (row, (a, b)) in before.iter().zip(&after).enumerate() {
-            match row == end {
-                true => assert_eq!(RawOp { mark_name: Some("x"), ..a.clone() }, *b),
-                false => assert_eq!(a, b),
-            }
-        }
-        assert!(automerge::Automerge::load_unverified_heads(&rewritten).is_ok());
-        assert!(with_mark_name_at(&save, before.len(), "x").is_err());
     }
 
     #[test]

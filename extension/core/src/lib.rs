@@ -9,6 +9,7 @@ pub mod compaction;
 pub mod conflicts;
 pub mod diff;
 pub mod doc_ops;
+pub mod doc_rewrite;
 pub mod document;
 mod error;
 pub mod estimate;

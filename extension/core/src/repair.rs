@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use automerge::{hydrate, ActorId, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
 use crate::chunk::chunks;
-use crate::doc_ops::{self, DocumentOps};
+use crate::doc_ops::DocumentOps;
+use crate::doc_rewrite;
 use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::estimate_stored;
 use crate::guard::no_panic;
@@ -119,7 +120,7 @@ fn without_misplaced_marks(save: &[u8]) -> Option<(Automerge, Vec<ChangeHash>)> 
             return None;
         }
         ends.push(misplaced.end);
-        save = doc_ops::with_mark_name_at(&save, misplaced.row, "").ok()?;
+        save = doc_rewrite::with_mark_name_at(&save, misplaced.row, "").ok()?;
     }
     if ends.is_empty() {
         return None;
