@@ -271,7 +271,7 @@ async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
         chunks: "automerge_repo_chunks".into(),
         channel: "automerge_repo_documents".into(),
     };
-    let storage = PostgresStorage::new(pool, &tables);
+    let storage = PostgresStorage::new(pool, &tables, Default::default());
 
     let mut doc = AutoCommit::new();
     doc.put(ROOT, "state", "good").unwrap();
