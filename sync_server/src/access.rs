@@ -153,7 +153,8 @@ impl Access {
 
     /// What `peer_id` may do with `document` now; denied when it is not connected.
     pub async fn decide(&self, document: &str, peer_id: &PeerId) -> Decision {
-        let identity = self.inner.peers.lock().expect("not poisoned").get(peer_id).map(|e| e.0.clone());
+        let identity =
+            self.inner.peers.lock().expect("not poisoned").get(peer_id).map(|e| e.0.clone());
         let Some(identity) = identity else { return Decision::Deny };
         match self.inner.query(document, &identity).await {
             Ok(decision) => {
@@ -225,13 +226,16 @@ impl SharePolicy for Access {
         // Subscribed before the first decision, so no change after it is missed.
         let rechecks = self.inner.rechecks.subscribe();
         let state = (self.clone(), rechecks, document.to_string(), peer_id, true);
-        futures::stream::unfold(state, |(access, mut rechecks, document, peer_id, first)| async move {
-            if !first && !wait_for_recheck(&mut rechecks, &document).await {
-                return None;
-            }
-            let decision = access.decide(&document, &peer_id).await.share_config();
-            Some((decision, (access, rechecks, document, peer_id, false)))
-        })
+        futures::stream::unfold(
+            state,
+            |(access, mut rechecks, document, peer_id, first)| async move {
+                if !first && !wait_for_recheck(&mut rechecks, &document).await {
+                    return None;
+                }
+                let decision = access.decide(&document, &peer_id).await.share_config();
+                Some((decision, (access, rechecks, document, peer_id, false)))
+            },
+        )
     }
 }
 
@@ -245,6 +249,9 @@ async fn wait_for_recheck(rechecks: &mut broadcast::Receiver<Recheck>, document:
             Err(broadcast::error::RecvError::Closed) => return false,
         }
     }
-    while !matches!(rechecks.try_recv(), Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)) {}
+    while !matches!(
+        rechecks.try_recv(),
+        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+    ) {}
     true
 }

@@ -195,8 +195,7 @@ mod tests {
 
     fn secret_verifier(audience: Option<&str>) -> Verifier {
         let path = file("secret", SECRET);
-        Verifier::new(Some(&path), None, audience.map(str::to_string), "sub".into(), None)
-            .unwrap()
+        Verifier::new(Some(&path), None, audience.map(str::to_string), "sub".into(), None).unwrap()
     }
 
     fn hs256(claims: Value, secret: &[u8]) -> String {
@@ -223,7 +222,8 @@ mod tests {
         let no_audience = json!({"sub": "ana", "role": "r", "exp": now() + 60});
         let no_expiry = json!({"sub": "ana", "role": "r", "aud": "sync"});
         let no_role = json!({"sub": "ana", "aud": "sync", "exp": now() + 60});
-        let anonymous_id = json!({"sub": "anonymous-x", "role": "r", "aud": "sync", "exp": now() + 60});
+        let anonymous_id =
+            json!({"sub": "anonymous-x", "role": "r", "aud": "sync", "exp": now() + 60});
         for claims in [expired, wrong_audience, no_audience, no_expiry, no_role, anonymous_id] {
             assert!(verifier.verify(&hs256(claims.clone(), SECRET)).is_err(), "{claims}");
         }
@@ -238,7 +238,8 @@ mod tests {
         );
         assert!(verifier.verify(&unsigned).is_err());
         // A token with an audience is refused by a server that expects none.
-        let with_audience = hs256(json!({"sub": "a", "role": "r", "aud": "sync", "exp": now() + 60}), SECRET);
+        let with_audience =
+            hs256(json!({"sub": "a", "role": "r", "aud": "sync", "exp": now() + 60}), SECRET);
         assert!(secret_verifier(None).verify(&with_audience).is_err());
     }
 
@@ -246,9 +247,8 @@ mod tests {
     fn es256_tokens_are_checked_with_the_jwks() {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let pair =
-            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-                .unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
         // The public key is 0x04, x, y (32 bytes each).
         let point = pair.public_key().as_ref();
         let jwks = json!({"keys": [{
@@ -280,8 +280,8 @@ mod tests {
     #[test]
     fn anonymous_clients_need_the_role_and_a_prefixed_peer_id() {
         let path = file("secret2", SECRET);
-        let open = Verifier::new(Some(&path), None, None, "sub".into(), Some("anon".into()))
-            .unwrap();
+        let open =
+            Verifier::new(Some(&path), None, None, "sub".into(), Some("anon".into())).unwrap();
         assert_eq!(open.anonymous(Some("anonymous-7")).unwrap().role, "anon");
         assert!(open.anonymous(Some("ana")).is_none());
         assert!(open.anonymous(None).is_none());

@@ -212,7 +212,9 @@ mod tests {
             "app_user",
         ])
         .unwrap();
-        assert!(matches!(minting.command, Some(Command::MintToken(MintToken { ref sub, .. })) if sub == "ana"));
+        assert!(
+            matches!(minting.command, Some(Command::MintToken(MintToken { ref sub, .. })) if sub == "ana")
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
-use crate::sync::{build_server, ServerStorage, SyncServer};
+use crate::sync::{anonymous, build_server, ServerStorage, SyncServer};
 use crate::util::{median, note, step};
 
 /// How much a run measures: the full run, or --quick's smoke check.
@@ -157,7 +157,8 @@ fn measure(
         Backend::Postgres => ServerStorage::Postgres(cluster, DATABASE),
         Backend::Filesystem => ServerStorage::Filesystem(&files),
     };
-    let start = || SyncServer::start(sh, storage_again(&storage), "bench", true);
+    let open = anonymous();
+    let start = || SyncServer::start(sh, storage_again(&storage), "bench", true, &open);
     let server = start()?;
     let documents = sizes.documents.to_string();
     let ids_arg = ids.display().to_string();
