@@ -77,6 +77,29 @@ impl Creators {
             .entry(document.to_string())
             .or_insert_with(|| identity.clone());
     }
+
+    /// The peer no longer syncs the document: a creation it did not make is not its any
+    /// more (a `find` of an id no row has leaves nothing behind).
+    fn forget(&self, document: &str, peer_id: &PeerId) {
+        let mut creators = self.0.lock().expect("not poisoned");
+        if creators.get(document).is_some_and(|creator| creator.peer_id == *peer_id) {
+            creators.remove(document);
+        }
+    }
+}
+
+/// Held by a decision stream: when samod drops the stream (the peer no longer syncs the
+/// document), the peer's pending creation of it is forgotten.
+struct Subscription {
+    access: Access,
+    document: String,
+    peer_id: PeerId,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.access.inner.creators.forget(&self.document, &self.peer_id);
+    }
 }
 
 struct Statements {
@@ -225,17 +248,17 @@ impl SharePolicy for Access {
     ) -> impl Stream<Item = ShareConfig> + Send + 'static {
         // Subscribed before the first decision, so no change after it is missed.
         let rechecks = self.inner.rechecks.subscribe();
-        let state = (self.clone(), rechecks, document.to_string(), peer_id, true);
-        futures::stream::unfold(
-            state,
-            |(access, mut rechecks, document, peer_id, first)| async move {
-                if !first && !wait_for_recheck(&mut rechecks, &document).await {
-                    return None;
-                }
-                let decision = access.decide(&document, &peer_id).await.share_config();
-                Some((decision, (access, rechecks, document, peer_id, false)))
-            },
-        )
+        let subscription =
+            Subscription { access: self.clone(), document: document.to_string(), peer_id };
+        let state = (subscription, rechecks, true);
+        futures::stream::unfold(state, |(subscription, mut rechecks, first)| async move {
+            let Subscription { access, document, peer_id } = &subscription;
+            if !first && !wait_for_recheck(&mut rechecks, document).await {
+                return None;
+            }
+            let decision = access.decide(document, peer_id).await.share_config();
+            Some((decision, (subscription, rechecks, false)))
+        })
     }
 }
 

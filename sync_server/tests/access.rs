@@ -90,7 +90,7 @@ where
 
 fn field(handle: &DocHandle, key: &str) -> Option<String> {
     handle.with_document(|doc| match doc.get(ROOT, key).ok()?? {
-        (automerge::Value::Scalar(s), _) => s.to_str().map(str::to_string),
+        (automerge::Value::Scalar(s), _) => s.as_str().map(str::to_string),
         _ => None,
     })
 }
