@@ -9,15 +9,17 @@
 //!   clauses to it beside the SELECT policies', so it sees exactly the rows the user may
 //!   both read and update (the weakest lock, which no merge waits for);
 //! - read-only when a plain `SELECT` returns it;
-//! - read-write when no row has the id and an `INSERT` of it is allowed (the peer may
-//!   create the document: the storage inserts its row as that peer, see `storage`);
+//! - read-write when no row has the id, the peer has sent a message about the document
+//!   (samod asks about every connected peer, not only those that sync the document: the
+//!   creator must be one that does) and an `INSERT` of it is allowed (the peer may create
+//!   the document: the storage inserts its row as that peer, see `storage`);
 //! - denied otherwise, and when Postgres cannot be asked (fail closed).
 //!
 //! A decision is a stream (see `samod::SharePolicy`): every NOTIFY about the document's
 //! row, and every notification on the access channel (a sharing table's trigger, a
 //! policy change), asks again, so a revoked peer stops at the next answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Pool;
@@ -50,10 +52,19 @@ pub struct Access {
 struct Inner {
     pool: Pool,
     sql: Statements,
-    /// Each connected peer's identity and how many connections it has open.
-    peers: Mutex<HashMap<PeerId, (Identity, usize)>>,
+    peers: Mutex<HashMap<PeerId, Peer>>,
     creators: Creators,
     rechecks: broadcast::Sender<Recheck>,
+}
+
+/// A connected peer.
+struct Peer {
+    identity: Identity,
+    /// How many connections it has open.
+    connections: usize,
+    /// The documents it has sent messages about (at most
+    /// `--max-documents-per-connection` per connection).
+    documents: HashSet<String>,
 }
 
 /// The peers that were allowed to create a document that has no row yet, by document
@@ -78,27 +89,10 @@ impl Creators {
             .or_insert_with(|| identity.clone());
     }
 
-    /// The peer no longer syncs the document: a creation it did not make is not its any
-    /// more (a `find` of an id no row has leaves nothing behind).
-    fn forget(&self, document: &str, peer_id: &PeerId) {
-        let mut creators = self.0.lock().expect("not poisoned");
-        if creators.get(document).is_some_and(|creator| creator.peer_id == *peer_id) {
-            creators.remove(document);
-        }
-    }
-}
-
-/// Held by a decision stream: when samod drops the stream (the peer no longer syncs the
-/// document), the peer's pending creation of it is forgotten.
-struct Subscription {
-    access: Access,
-    document: String,
-    peer_id: PeerId,
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.access.inner.creators.forget(&self.document, &self.peer_id);
+    /// The peer's last connection closed: the creations it did not make are not its any
+    /// more (`find`s of ids no row has leave nothing behind).
+    fn forget(&self, peer_id: &PeerId) {
+        self.0.lock().expect("not poisoned").retain(|_, creator| creator.peer_id != *peer_id);
     }
 }
 
@@ -152,9 +146,13 @@ impl Access {
     /// (a newer token of the same peer replaces the older one's).
     pub fn connected(&self, identity: &Identity) {
         let mut peers = self.inner.peers.lock().expect("not poisoned");
-        let entry = peers.entry(identity.peer_id.clone()).or_insert((identity.clone(), 0));
-        entry.0 = identity.clone();
-        entry.1 += 1;
+        let peer = peers.entry(identity.peer_id.clone()).or_insert_with(|| Peer {
+            identity: identity.clone(),
+            connections: 0,
+            documents: HashSet::new(),
+        });
+        peer.identity = identity.clone();
+        peer.connections += 1;
         drop(peers);
         // Decisions already made for this peer were made with the older claims.
         let _ = self.inner.rechecks.send(Recheck::Everything);
@@ -162,11 +160,19 @@ impl Access {
 
     pub fn disconnected(&self, peer_id: &PeerId) {
         let mut peers = self.inner.peers.lock().expect("not poisoned");
-        if let Some(entry) = peers.get_mut(peer_id) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
+        if let Some(peer) = peers.get_mut(peer_id) {
+            peer.connections -= 1;
+            if peer.connections == 0 {
                 peers.remove(peer_id);
+                self.inner.creators.forget(peer_id);
             }
+        }
+    }
+
+    /// The peer sent its first message about `document` on one of its connections.
+    pub fn syncs(&self, peer_id: &PeerId, document: &str) {
+        if let Some(peer) = self.inner.peers.lock().expect("not poisoned").get_mut(peer_id) {
+            peer.documents.insert(document.to_string());
         }
     }
 
@@ -176,10 +182,16 @@ impl Access {
 
     /// What `peer_id` may do with `document` now; denied when it is not connected.
     pub async fn decide(&self, document: &str, peer_id: &PeerId) -> Decision {
-        let identity =
-            self.inner.peers.lock().expect("not poisoned").get(peer_id).map(|e| e.0.clone());
-        let Some(identity) = identity else { return Decision::Deny };
+        let peer = self
+            .inner
+            .peers
+            .lock()
+            .expect("not poisoned")
+            .get(peer_id)
+            .map(|peer| (peer.identity.clone(), peer.documents.contains(document)));
+        let Some((identity, syncs)) = peer else { return Decision::Deny };
         match self.inner.query(document, &identity).await {
+            Ok(Decision::Create) if !syncs => Decision::Deny,
             Ok(decision) => {
                 if decision == Decision::Create {
                     self.inner.creators.allowed(document, &identity);
@@ -248,17 +260,17 @@ impl SharePolicy for Access {
     ) -> impl Stream<Item = ShareConfig> + Send + 'static {
         // Subscribed before the first decision, so no change after it is missed.
         let rechecks = self.inner.rechecks.subscribe();
-        let subscription =
-            Subscription { access: self.clone(), document: document.to_string(), peer_id };
-        let state = (subscription, rechecks, true);
-        futures::stream::unfold(state, |(subscription, mut rechecks, first)| async move {
-            let Subscription { access, document, peer_id } = &subscription;
-            if !first && !wait_for_recheck(&mut rechecks, document).await {
-                return None;
-            }
-            let decision = access.decide(document, peer_id).await.share_config();
-            Some((decision, (subscription, rechecks, false)))
-        })
+        let state = (self.clone(), rechecks, document.to_string(), peer_id, true);
+        futures::stream::unfold(
+            state,
+            |(access, mut rechecks, document, peer_id, first)| async move {
+                if !first && !wait_for_recheck(&mut rechecks, &document).await {
+                    return None;
+                }
+                let decision = access.decide(&document, &peer_id).await.share_config();
+                Some((decision, (access, rechecks, document, peer_id, false)))
+            },
+        )
     }
 }
 

@@ -174,11 +174,19 @@ fn identify(
 }
 
 async fn serve_connection(shared: Arc<Shared>, socket: WebSocket, identity: Option<Identity>) {
-    let mut transport = bounded_transport(socket, shared.max_documents_per_connection);
+    let access = shared.gate.as_ref().map(|gate| &gate.access);
+    // The documents the peer syncs, for its share policy (see `access`).
+    let syncs = match (access, &identity) {
+        (Some(access), Some(identity)) => {
+            let (access, peer_id) = (access.clone(), identity.peer_id.clone());
+            Some(move |document: &str| access.syncs(&peer_id, document))
+        }
+        _ => None,
+    };
+    let mut transport = bounded_transport(socket, shared.max_documents_per_connection, syncs);
     if let Some(identity) = &identity {
         transport = transport.with_expected_peer_id(identity.peer_id.clone());
     }
-    let access = shared.gate.as_ref().map(|gate| &gate.access);
     if let (Some(access), Some(identity)) = (access, &identity) {
         access.connected(identity);
     }
@@ -218,8 +226,13 @@ impl std::fmt::Display for Closed {
 impl std::error::Error for Closed {}
 
 /// The socket as samod's transport (binary messages both ways), closed when the client
-/// sends a text message or a message about more than `max_documents` documents.
-fn bounded_transport(socket: WebSocket, max_documents: usize) -> Transport {
+/// sends a text message or a message about more than `max_documents` documents; `syncs`
+/// hears of each document the client sends its first message about.
+fn bounded_transport(
+    socket: WebSocket,
+    max_documents: usize,
+    syncs: Option<impl Fn(&str) + Send + 'static>,
+) -> Transport {
     let (sink, stream) = socket.split();
     let incoming = stream
         .scan(HashSet::new(), move |documents, message| {
@@ -229,6 +242,11 @@ fn bounded_transport(socket: WebSocket, max_documents: usize) -> Transport {
                         Some(Err(Closed(format!("more than {max_documents} documents"))))
                     }
                     Some(id) => {
+                        if let Some(syncs) = &syncs {
+                            if !documents.contains(&id) {
+                                syncs(&id);
+                            }
+                        }
                         documents.insert(id);
                         Some(Ok(bytes.to_vec()))
                     }

@@ -242,6 +242,9 @@ async fn a_client_cannot_claim_another_peers_id() {
 async fn owner_reader_and_stranger_on_two_servers() {
     let servers = servers();
     let db = database().await;
+    // Connected before ana creates the document: samod asks about every connected peer,
+    // and a bystander must not become its creator (owner).
+    let dan = user(&servers[0], "dan").await;
     let ana = user(&servers[0], "ana").await;
     let handle = owned_document(&db, &ana).await;
     share(&db, &handle, "ben", false).await;
@@ -276,7 +279,6 @@ async fn owner_reader_and_stranger_on_two_servers() {
     assert!(write_copy.with_document(|doc| doc.get_change_by_hash(&from_ben).is_none()));
     assert_eq!(field(&handle, "edited_by").as_deref(), Some("cleo"));
 
-    let dan = user(&servers[0], "dan").await;
     assert!(find(&dan, &handle).await.is_none(), "a stranger found the document");
     for repo in [ana, ben, cleo, dan] {
         repo.stop().await;
