@@ -5,6 +5,10 @@
 //! `SYNC_JWT_SECRET_FILE` and `SYNC_JWT_AUDIENCE`. The servers run with
 //! `--max-documents-per-connection 20 --max-message-bytes 1048576`.
 
+mod common;
+
+use common::{database, env, eventually};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,12 +25,6 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 /// The bounds the servers run with.
 const MAX_DOCUMENTS: usize = 20;
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: these tests run through `cargo xtask test --only sync`")
-    })
-}
 
 fn servers() -> Vec<String> {
     env("SYNC_ACCESS_SERVER_URLS").split(',').map(str::to_string).collect()
@@ -67,25 +65,6 @@ async fn user(server: &str, sub: &str) -> Repo {
         .await
         .expect("connecting with a valid token")
         .0
-}
-
-async fn database() -> tokio_postgres::Client {
-    let (client, connection) =
-        tokio_postgres::connect(&env("SYNC_ACCESS_DATABASE_URL"), NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-async fn eventually<F, Fut>(what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !probe().await {
-        assert!(Instant::now() < deadline, "{what}: not within 30s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn field(handle: &DocHandle, key: &str) -> Option<String> {
@@ -209,7 +188,7 @@ async fn tokens_are_checked_at_the_upgrade() {
 #[tokio::test]
 async fn a_client_cannot_claim_another_peers_id() {
     let server = &servers()[0];
-    let db = database().await;
+    let db = database("SYNC_ACCESS_DATABASE_URL").await;
     let ana = user(server, "ana").await;
     let handle = owned_document(&db, &ana).await;
     share(&db, &handle, "ben", false).await;
@@ -241,7 +220,7 @@ async fn a_client_cannot_claim_another_peers_id() {
 #[tokio::test]
 async fn owner_reader_and_stranger_on_two_servers() {
     let servers = servers();
-    let db = database().await;
+    let db = database("SYNC_ACCESS_DATABASE_URL").await;
     // Connected before ana creates the document: samod asks about every connected peer,
     // and a bystander must not become its creator (owner).
     let dan = user(&servers[0], "dan").await;
@@ -289,7 +268,7 @@ async fn owner_reader_and_stranger_on_two_servers() {
 #[tokio::test]
 async fn revocation_stops_a_connected_peer_within_a_second() {
     let servers = servers();
-    let db = database().await;
+    let db = database("SYNC_ACCESS_DATABASE_URL").await;
     let ana = user(&servers[0], "ana").await;
     let handle = owned_document(&db, &ana).await;
     share(&db, &handle, "ben", true).await;
@@ -330,7 +309,7 @@ async fn revocation_stops_a_connected_peer_within_a_second() {
 #[tokio::test]
 async fn connections_are_bounded() {
     let server = &servers()[0];
-    let db = database().await;
+    let db = database("SYNC_ACCESS_DATABASE_URL").await;
     let repo = Repo::build_tokio().with_peer_id(PeerId::from("eve")).load().await;
     let url = Url::parse(&with_token(server, &token("eve"))).unwrap();
     let dialer = repo.dial(BackoffConfig::default(), Arc::new(WebSocketDialer(url))).unwrap();
