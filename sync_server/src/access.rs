@@ -12,7 +12,9 @@
 //! - read-write when no row has the id, the peer has sent a message about the document
 //!   (samod asks about every connected peer, not only those that sync the document: the
 //!   creator must be one that does) and an `INSERT` of it is allowed (the peer may create
-//!   the document: the storage inserts its row as that peer, see `storage`);
+//!   the document: the storage inserts its row as that peer, see `storage`); a peer that
+//!   has sent nothing about a document without a row stays undecided until it does or
+//!   the row appears;
 //! - denied otherwise, and when Postgres cannot be asked (fail closed).
 //!
 //! A decision is a stream (see `samod::SharePolicy`): every NOTIFY about the document's
@@ -174,14 +176,19 @@ impl Access {
         if let Some(peer) = self.inner.peers.lock().expect("not poisoned").get_mut(peer_id) {
             peer.documents.insert(document.to_string());
         }
+        // Its pair may be waiting undecided (see `decide`).
+        self.recheck(Recheck::Document(document.to_string()));
     }
 
     pub fn recheck(&self, recheck: Recheck) {
         let _ = self.inner.rechecks.send(recheck);
     }
 
-    /// What `peer_id` may do with `document` now; denied when it is not connected.
-    pub async fn decide(&self, document: &str, peer_id: &PeerId) -> Decision {
+    /// What `peer_id` may do with `document` now; denied when it is not connected. None
+    /// while the document has no row and the peer has not sent anything about it: samod
+    /// asks about every connected peer, and holds the peer's messages about the document
+    /// until a decision comes, which its first message (or the row's insertion) brings.
+    pub async fn decide(&self, document: &str, peer_id: &PeerId) -> Option<Decision> {
         let peer = self
             .inner
             .peers
@@ -189,19 +196,19 @@ impl Access {
             .expect("not poisoned")
             .get(peer_id)
             .map(|peer| (peer.identity.clone(), peer.documents.contains(document)));
-        let Some((identity, syncs)) = peer else { return Decision::Deny };
+        let Some((identity, syncs)) = peer else { return Some(Decision::Deny) };
         match self.inner.query(document, &identity).await {
-            Ok(Decision::Create) if !syncs => Decision::Deny,
+            Ok(Decision::Create) if !syncs => None,
             Ok(decision) => {
                 if decision == Decision::Create {
                     self.inner.creators.allowed(document, &identity);
                 }
                 tracing::debug!(document, peer_id = %peer_id, ?decision, "access decided");
-                decision
+                Some(decision)
             }
             Err(error) => {
                 tracing::warn!(document, peer_id = %peer_id, %error, "access not decided: denied");
-                Decision::Deny
+                Some(Decision::Deny)
             }
         }
     }
@@ -264,11 +271,17 @@ impl SharePolicy for Access {
         futures::stream::unfold(
             state,
             |(access, mut rechecks, document, peer_id, first)| async move {
-                if !first && !wait_for_recheck(&mut rechecks, &document).await {
-                    return None;
+                let mut wait = !first;
+                loop {
+                    if wait && !wait_for_recheck(&mut rechecks, &document).await {
+                        return None;
+                    }
+                    wait = true;
+                    if let Some(decision) = access.decide(&document, &peer_id).await {
+                        let state = (access, rechecks, document, peer_id, false);
+                        return Some((decision.share_config(), state));
+                    }
                 }
-                let decision = access.decide(&document, &peer_id).await.share_config();
-                Some((decision, (access, rechecks, document, peer_id, false)))
             },
         )
     }
