@@ -9,17 +9,19 @@
 //!   clauses to it beside the SELECT policies', so it sees exactly the rows the user may
 //!   both read and update (the weakest lock, which no merge waits for);
 //! - read-only when a plain `SELECT` returns it;
-//! - read-write when no row has the id, the peer has sent a message about the document
-//!   (samod asks about every connected peer, not only those that sync the document: the
-//!   creator must be one that does) and an `INSERT` of it is allowed (the peer may create
-//!   the document: the storage inserts its row as that peer, see `storage`); a peer that
-//!   has sent nothing about a document without a row stays undecided until it does or
-//!   the row appears;
+//! - read-write when no row has the id and an `INSERT` of it is allowed (the peer may
+//!   create the document: the storage inserts its row as that peer, see `storage`);
 //! - denied otherwise, and when Postgres cannot be asked (fail closed).
 //!
 //! A decision is a stream (see `samod::SharePolicy`): every NOTIFY about the document's
 //! row, and every notification on the access channel (a sharing table's trigger, a
 //! policy change), asks again, so a revoked peer stops at the next answer.
+//!
+//! samod asks about every (open document, connected peer) pair, not only the documents a
+//! peer syncs. A pair stays undecided (samod shares nothing and holds the peer's messages
+//! about the document) until the peer sends its first message about the document, which
+//! the connection reports (`syncs`): Postgres is asked only about what peers sync, and a
+//! bystander never becomes the creator of a document another peer is creating.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -176,7 +178,7 @@ impl Access {
         if let Some(peer) = self.inner.peers.lock().expect("not poisoned").get_mut(peer_id) {
             peer.documents.insert(document.to_string());
         }
-        // Its pair may be waiting undecided (see `decide`).
+        // Its pair waits undecided (see `decide`).
         self.recheck(Recheck::Document(document.to_string()));
     }
 
@@ -185,9 +187,7 @@ impl Access {
     }
 
     /// What `peer_id` may do with `document` now; denied when it is not connected. None
-    /// while the document has no row and the peer has not sent anything about it: samod
-    /// asks about every connected peer, and holds the peer's messages about the document
-    /// until a decision comes, which its first message (or the row's insertion) brings.
+    /// (undecided) while the peer has sent nothing about the document.
     pub async fn decide(&self, document: &str, peer_id: &PeerId) -> Option<Decision> {
         let peer = self
             .inner
@@ -197,8 +197,10 @@ impl Access {
             .get(peer_id)
             .map(|peer| (peer.identity.clone(), peer.documents.contains(document)));
         let Some((identity, syncs)) = peer else { return Some(Decision::Deny) };
+        if !syncs {
+            return None;
+        }
         match self.inner.query(document, &identity).await {
-            Ok(Decision::Create) if !syncs => None,
             Ok(decision) => {
                 if decision == Decision::Create {
                     self.inner.creators.allowed(document, &identity);
@@ -223,37 +225,55 @@ impl Inner {
             anyhow::bail!("becoming role {:?}: {}", identity.role, describe(&error));
         }
         // Each attempt under a savepoint: a missing privilege is an error, not an answer.
-        let decision = if attempt(&transaction, &self.sql.may_update, document).await? {
-            Decision::ReadWrite
-        } else if attempt(&transaction, &self.sql.may_select, document).await? {
-            Decision::ReadOnly
-        } else if attempt(&transaction, &self.sql.may_insert, document).await? {
-            Decision::Create
-        } else {
-            Decision::Deny
+        // An INSERT that finds the row committed meanwhile (its creator's first change
+        // being stored) looks again: each statement sees what committed before it.
+        let mut looks = 0;
+        let decision = loop {
+            looks += 1;
+            if attempt(&transaction, &self.sql.may_update, document).await? == Attempt::Rows {
+                break Decision::ReadWrite;
+            }
+            if attempt(&transaction, &self.sql.may_select, document).await? == Attempt::Rows {
+                break Decision::ReadOnly;
+            }
+            match attempt(&transaction, &self.sql.may_insert, document).await? {
+                Attempt::Rows => break Decision::Create,
+                Attempt::Exists if looks < 3 => continue,
+                _ => break Decision::Deny,
+            }
         };
         transaction.rollback().await?;
         Ok(decision)
     }
 }
 
-/// Whether the statement touches a row as the current role: false when it finds none or
-/// Postgres refuses it (a privilege, a policy, a row that exists unseen).
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    /// The statement touched a row.
+    Rows,
+    /// It touched none, or Postgres refused it (a privilege, a policy).
+    Nothing,
+    /// A row with the id exists (a unique violation).
+    Exists,
+}
+
+/// What a statement does as the current role.
 async fn attempt(
     transaction: &deadpool_postgres::Transaction<'_>,
     sql: &str,
     document: &str,
-) -> Result<bool, tokio_postgres::Error> {
+) -> Result<Attempt, tokio_postgres::Error> {
     transaction.batch_execute("SAVEPOINT access").await?;
     match transaction.execute(sql, &[&document]).await {
         Ok(rows) => {
             transaction.batch_execute("RELEASE SAVEPOINT access").await?;
-            Ok(rows > 0)
+            Ok(if rows > 0 { Attempt::Rows } else { Attempt::Nothing })
         }
         Err(error) if error.as_db_error().is_some() => {
             tracing::trace!(document, error = %describe(&error), "access attempt refused");
             transaction.batch_execute("ROLLBACK TO SAVEPOINT access").await?;
-            Ok(false)
+            let exists = error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION);
+            Ok(if exists { Attempt::Exists } else { Attempt::Nothing })
         }
         Err(error) => Err(error),
     }
