@@ -3,12 +3,16 @@
 // reason when it fails.
 //
 //   node driver.mjs <check> --server ws://… [--server ws://…] --pg postgresql://… [--state FILE]
+//                   [--secret FILE --audience AUD]
 //
-// checks: concurrent, sql-write, restart-write, restart-read, two-servers
+// checks: concurrent, sql-write, restart-write, restart-read, two-servers, and access
+// (two servers checking tokens signed with the secret, on a database set up with the
+// "Access control" example of docs/sync-server.md)
 //
 // "Converged" means what the issue asks: every client's view of a document is the same,
 // and equals `doc::jsonb` of its row in Postgres.
 
+import { createHmac } from "node:crypto"
 import { readFileSync, writeFileSync } from "node:fs"
 import { parseArgs } from "node:util"
 
@@ -23,6 +27,8 @@ const { positionals, values } = parseArgs({
     server: { type: "string", multiple: true },
     pg: { type: "string" },
     state: { type: "string" },
+    secret: { type: "string" },
+    audience: { type: "string" },
   },
 })
 const [check] = positionals
@@ -122,6 +128,71 @@ async function edit(handle, name, rounds) {
     })
     await sleep(Math.random() * 20)
   }
+}
+
+/// An HS256 JWT, as docs/sync-server.md mints one.
+function mintToken(secret, claims) {
+  const base64url = value => Buffer.from(JSON.stringify(value)).toString("base64url")
+  const body = `${base64url({ alg: "HS256", typ: "JWT" })}.${base64url(claims)}`
+  return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`
+}
+
+function secret() {
+  return readFileSync(values.secret, "utf8").replace(/\n$/, "")
+}
+
+/// A user's claims, valid for ten minutes.
+function claims(sub) {
+  return { sub, role: "app_user", aud: values.audience, exp: Math.floor(Date.now() / 1000) + 600 }
+}
+
+/// A user's client: its token in the URL, its `sub` as its peer id (or `peerId`).
+function user(url, sub, { token = mintToken(secret(), claims(sub)), peerId = sub } = {}) {
+  const adapter = new WebSocketClientAdapter(`${url}/?token=${token}`, 250)
+  const repo = new Repo({ peerId, network: [adapter] })
+  return { repo, adapter, url }
+}
+
+/// Resolves once the client's connection is refused with a 401, as Node's WebSocket
+/// client reports it: an uncaught `Unexpected server response: 401` from the adapter.
+async function refusedAtUpgrade(url, what) {
+  let refusal
+  const catcher = error => (refusal = error)
+  process.on("uncaughtException", catcher)
+  const adapter = new WebSocketClientAdapter(url, 60_000)
+  const repo = new Repo({ peerId: "someone", network: [adapter] })
+  try {
+    await eventually(`${what}: refused`, () => refusal !== undefined, 10_000)
+    if (!String(refusal.message).includes("Unexpected server response: 401")) {
+      throw new Error(`${what}: ${refusal.stack}`)
+    }
+  } finally {
+    process.off("uncaughtException", catcher)
+    disconnect({ repo, adapter })
+    await repo.shutdown()
+  }
+}
+
+/// Every change hash in the document's chunks (each loaded on its own) and row.
+async function storedHashes(db, documentId) {
+  const hashes = new Set()
+  const { rows } = await db.query(
+    "SELECT data FROM automerge_repo_chunks WHERE document_id = $1 " +
+      "UNION ALL SELECT doc::bytea FROM documents WHERE id = $1",
+    [documentId],
+  )
+  for (const { data } of rows) {
+    for (const change of A.getAllChanges(A.loadIncremental(A.init(), data))) {
+      hashes.add(A.decodeChange(change).hash)
+    }
+  }
+  return hashes
+}
+
+/// The hash of the change `edit` makes on the handle's document.
+function changeOf(handle, edit) {
+  handle.change(edit)
+  return A.decodeChange(A.getLastLocalChange(handle.doc())).hash
 }
 
 const checks = {
@@ -240,6 +311,124 @@ const checks = {
     )
     console.log(`ok: ${created.documentId} consistent through two servers`)
     await shutdown([a, b], db)
+  },
+
+  // Access control with JS clients on two servers: refusals at the upgrade, an owner, a
+  // reader whose changes are stored nowhere, a writer, a stranger, an impostor, and
+  // revocations by a policy change and by a share's deletion.
+  async access() {
+    const db = await database()
+    const [a, b] = servers
+    const expired = { ...claims("ana"), exp: Math.floor(Date.now() / 1000) - 10 }
+    for (const server of servers) {
+      await refusedAtUpgrade(server, "no token")
+      await refusedAtUpgrade(`${server}/?token=${mintToken(secret(), expired)}`, "an expired token")
+      await refusedAtUpgrade(
+        `${server}/?token=${mintToken("another secret of some length", claims("ana"))}`,
+        "a bad signature",
+      )
+      await refusedAtUpgrade(
+        `${server}/?token=${mintToken(secret(), { ...claims("ana"), aud: "another-service" })}`,
+        "the wrong audience",
+      )
+    }
+    console.log("ok: no token, an expired token, a bad signature, the wrong audience: 401")
+
+    const ana = user(a, "ana")
+    const created = ana.repo.create({ title: "Plans", items: [] })
+    await eventually("the document's row, owned by ana", async () => {
+      const { rows } = await db.query("SELECT owner FROM documents WHERE id = $1", [
+        created.documentId,
+      ])
+      return rows[0]?.owner === "ana" || `owner ${rows[0]?.owner}`
+    })
+    await db.query(
+      "INSERT INTO document_shares (document_id, user_id, can_write) VALUES ($1, 'ben', false), ($1, 'cleo', true)",
+      [created.documentId],
+    )
+    const [ben, cleo, dan] = [user(b, "ben"), user(b, "cleo"), user(b, "dan")]
+    const read = await find(ben, created.url)
+    const write = await find(cleo, created.url)
+    created.change(d => d.items.push("from ana"))
+    await eventually("ana's change reaches the reader and the writer", () =>
+      [read, write].every(h => h.doc().items.includes("from ana")),
+    )
+    write.change(d => d.items.push("from cleo"))
+    await eventually("the writer's change reaches ana and the row", async () =>
+      created.doc().items.includes("from cleo") &&
+      (await rowJson(db, created.documentId)).includes("from cleo"),
+    )
+
+    const fromBen = changeOf(read, d => (d.fromBen = true))
+    created.change(d => d.items.push("after ben"))
+    await eventually("ana's next change reaches the reader", () =>
+      read.doc().items.includes("after ben"),
+    )
+    await sleep(1000)
+    if ((await storedHashes(db, created.documentId)).has(fromBen))
+      throw new Error("the reader's change was stored")
+    for (const [who, handle] of [["ana", created], ["cleo", write]]) {
+      if (handle.doc().fromBen !== undefined) throw new Error(`the reader's change reached ${who}`)
+    }
+    if ((await rowJson(db, created.documentId)).includes("fromBen"))
+      throw new Error("the reader's change is in the row")
+    console.log("ok: the reader receives every change; its own is stored nowhere, seen by no one")
+
+    // A stranger: `find` ends unavailable, and nothing of the document reaches it.
+    const received = []
+    dan.adapter.on("message", message => received.push(message))
+    const refusal = await dan.repo
+      .find(created.url, { signal: AbortSignal.timeout(20_000) })
+      .then(() => null, error => error)
+    if (!refusal || !/unavailable/.test(refusal.message))
+      throw new Error(`the stranger's find: ${refusal?.message ?? "found"}`)
+    const about = received.filter(m => m.documentId === created.documentId)
+    if (about.some(m => m.type !== "doc-unavailable"))
+      throw new Error(`the stranger received ${about.map(m => m.type).join(", ")}`)
+    console.log(`ok: the stranger's find ends unavailable (${about.length} doc-unavailable, nothing else)`)
+
+    // An impostor: ben's token, ana's peer id.
+    const impostor = user(a, "ben", { peerId: "ana" })
+    const lookedUp = await impostor.repo
+      .find(created.url, { signal: AbortSignal.timeout(5_000) })
+      .then(() => null, error => error)
+    if (!lookedUp) throw new Error("a client announcing another's peer id found the document")
+    console.log(`ok: a client announcing another's peer id syncs nothing (${lookedUp.message})`)
+
+    // A policy change mid-session: the writer becomes a reader within a second.
+    await db.query("ALTER POLICY shared_write ON documents USING (false)")
+    try {
+      await sleep(1000)
+      const late = changeOf(write, d => (d.lateCleo = true))
+      created.change(d => d.items.push("policy changed"))
+      await eventually("ana's change still reaches cleo", () =>
+        write.doc().items.includes("policy changed"),
+      )
+      await sleep(1000)
+      if ((await storedHashes(db, created.documentId)).has(late) || created.doc().lateCleo)
+        throw new Error("a write after the policy change was stored or reached ana")
+    } finally {
+      await db.query(
+        "ALTER POLICY shared_write ON documents USING (EXISTS (SELECT FROM document_shares s " +
+          "WHERE s.document_id = id AND s.user_id = current_user_id() AND s.can_write))",
+      )
+    }
+    console.log("ok: a policy change revoked a connected writer within a second")
+
+    // A share deleted mid-session: the reader receives nothing more.
+    await db.query("DELETE FROM document_shares WHERE document_id = $1 AND user_id = 'ben'", [
+      created.documentId,
+    ])
+    await sleep(1000)
+    created.change(d => d.items.push("after revocation"))
+    await eventually("the row has ana's change", async () =>
+      (await rowJson(db, created.documentId)).includes("after revocation"),
+    )
+    await sleep(3000)
+    if (read.doc().items.includes("after revocation"))
+      throw new Error("a revoked reader received a change")
+    console.log("ok: a deleted share revoked a connected reader within a second")
+    await shutdown([ana, ben, cleo, dan, impostor], db)
   },
 }
 

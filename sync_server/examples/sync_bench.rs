@@ -1,9 +1,12 @@
 //! The benchmark's clients (samod, in one process), run by `cargo xtask bench --sync`
 //! against a server it starts; each phase prints one JSON line of measurements.
 //!
-//!   sync_bench seed --url ws://… --documents N --ids FILE
-//!   sync_bench first-sync --url ws://… --ids FILE
-//!   sync_bench latency --url ws://… --pairs C --rounds R
+//!   sync_bench seed --url ws://… --documents N --ids FILE [--secret FILE]
+//!   sync_bench first-sync --url ws://… --ids FILE [--secret FILE]
+//!   sync_bench latency --url ws://… --pairs C --rounds R [--secret FILE]
+//!
+//! With `--secret`, each client connects with a token of its own signed with it (role
+//! `bench_user`), as to a server with access control.
 //!
 //! `seed` creates N documents and waits until the server has every change of them;
 //! `first-sync` has a fresh client find them all (documents per second); `latency` runs C
@@ -17,8 +20,10 @@ use anyhow::{bail, Context, Result};
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
 use futures::StreamExt;
-use samod::{DocHandle, DocumentId, Repo};
-use sync_server::client::connect;
+use samod::{ConnectionId, DocHandle, DocumentId, PeerId, Repo};
+use sync_server::auth::mint;
+use sync_server::client::connect_as;
+use sync_server::config::MintToken;
 
 /// A change still not at its reader after this long counts as lost, and the run fails
 /// with the round it was in. Generous: at 100 pairs a round takes seconds on a busy
@@ -37,17 +42,39 @@ fn arg(args: &[String], name: &str) -> Result<String> {
     args.get(at + 1).cloned().with_context(|| format!("{name} needs a value"))
 }
 
+/// The server, and the secret its clients' tokens are signed with, if it checks them.
+struct Server {
+    url: String,
+    secret: Option<String>,
+}
+
+impl Server {
+    /// A client named `name` (its peer id, and its token's `sub`).
+    async fn connect(&self, name: &str) -> Result<(Repo, ConnectionId)> {
+        let Some(secret) = &self.secret else { return connect_as(&self.url, None).await };
+        let token = mint(&MintToken {
+            jwt_secret_file: secret.into(),
+            sub: name.to_string(),
+            role: "bench_user".to_string(),
+            audience: None,
+            expires_in_seconds: 3600,
+        })?;
+        connect_as(&format!("{}/?token={token}", self.url), Some(PeerId::from(name))).await
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let url = arg(&args, "--url")?;
+    let server = Server { url: arg(&args, "--url")?, secret: arg(&args, "--secret").ok() };
     match args.first().map(String::as_str) {
         Some("seed") => {
-            seed(&url, arg(&args, "--documents")?.parse()?, &arg(&args, "--ids")?).await
+            seed(&server, arg(&args, "--documents")?.parse()?, &arg(&args, "--ids")?).await
         }
-        Some("first-sync") => first_sync(&url, &arg(&args, "--ids")?).await,
+        Some("first-sync") => first_sync(&server, &arg(&args, "--ids")?).await,
         Some("latency") => {
-            latency(&url, arg(&args, "--pairs")?.parse()?, arg(&args, "--rounds")?.parse()?).await
+            let (pairs, rounds) = (arg(&args, "--pairs")?.parse()?, arg(&args, "--rounds")?);
+            latency(&server, pairs, rounds.parse()?).await
         }
         other => bail!("unknown phase {other:?}: seed, first-sync or latency"),
     }
@@ -67,8 +94,8 @@ fn document(n: usize) -> AutoCommit {
     doc
 }
 
-async fn seed(url: &str, documents: usize, ids: &str) -> Result<()> {
-    let (repo, connection) = connect(url).await?;
+async fn seed(server: &Server, documents: usize, ids: &str) -> Result<()> {
+    let (repo, connection) = server.connect("seed").await?;
     let started = Instant::now();
     let mut made = Vec::with_capacity(documents);
     for n in 0..documents {
@@ -92,12 +119,12 @@ async fn seed(url: &str, documents: usize, ids: &str) -> Result<()> {
     Ok(())
 }
 
-async fn first_sync(url: &str, ids: &str) -> Result<()> {
+async fn first_sync(server: &Server, ids: &str) -> Result<()> {
     let ids: Vec<DocumentId> = std::fs::read_to_string(ids)?
         .lines()
         .map(|line| line.parse().map_err(|_| anyhow::anyhow!("bad document id {line}")))
         .collect::<Result<_>>()?;
-    let (repo, _) = connect(url).await?;
+    let (repo, _) = server.connect("first-sync").await?;
     let started = Instant::now();
     let found: Vec<Result<bool>> = futures::stream::iter(ids.iter().cloned())
         .map(|id| {
@@ -121,15 +148,15 @@ async fn first_sync(url: &str, ids: &str) -> Result<()> {
 }
 
 /// A writer with a new document, and a reader that found it.
-async fn pair(url: &str, n: usize) -> Result<((Repo, DocHandle), (Repo, DocHandle))> {
-    let (writer, connection) = connect(url).await?;
+async fn pair(server: &Server, n: usize) -> Result<((Repo, DocHandle), (Repo, DocHandle))> {
+    let (writer, connection) = server.connect(&format!("writer-{n}")).await?;
     let handle = writer.create(document(n).document().clone()).await?;
     tokio::time::timeout(SETUP_TIMEOUT, handle.they_have_our_changes(connection))
         .await
         .with_context(|| {
             format!("the server did not take pair {n}'s document within {SETUP_TIMEOUT:?}")
         })?;
-    let (reader, _) = connect(url).await?;
+    let (reader, _) = server.connect(&format!("reader-{n}")).await?;
     let found = tokio::time::timeout(SETUP_TIMEOUT, reader.find(handle.document_id().clone()))
         .await
         .with_context(|| {
@@ -139,11 +166,11 @@ async fn pair(url: &str, n: usize) -> Result<((Repo, DocHandle), (Repo, DocHandl
     Ok(((writer, handle), (reader, found)))
 }
 
-async fn latency(url: &str, pairs: usize, rounds: usize) -> Result<()> {
+async fn latency(server: &Server, pairs: usize, rounds: usize) -> Result<()> {
     // Every pair's writer and reader is a repo of its own, with its own connection; pairs
     // are set up a few at a time.
     let made: Vec<Result<_>> = futures::stream::iter(0..pairs)
-        .map(|n| pair(url, n))
+        .map(|n| pair(server, n))
         .buffer_unordered(SETUP_CONCURRENCY)
         .collect()
         .await;

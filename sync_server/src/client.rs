@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
-use samod::{BackoffConfig, ConnectionId, DialError, Dialer, Repo, Transport, Url};
+use samod::{BackoffConfig, ConnectionId, DialError, Dialer, PeerId, Repo, Transport, Url};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 /// Dials `ws://` URLs; samod reconnects through it with backoff.
@@ -45,7 +45,20 @@ impl Dialer for WebSocketDialer {
 
 /// A repo with in-memory storage connected to the server at `url`, and its connection.
 pub async fn connect(url: &str) -> anyhow::Result<(Repo, ConnectionId)> {
-    let repo = Repo::build_tokio().load().await;
+    connect_as(url, None).await
+}
+
+/// As [`connect`], with the repo's peer id (the one its token names, when `url` carries
+/// a `token` parameter).
+pub async fn connect_as(
+    url: &str,
+    peer_id: Option<PeerId>,
+) -> anyhow::Result<(Repo, ConnectionId)> {
+    let mut builder = Repo::build_tokio();
+    if let Some(peer_id) = peer_id {
+        builder = builder.with_peer_id(peer_id);
+    }
+    let repo = builder.load().await;
     let dialer =
         repo.dial(BackoffConfig::default(), Arc::new(WebSocketDialer(Url::parse(url)?)))?;
     tokio::time::timeout(Duration::from_secs(30), dialer.established())

@@ -4,14 +4,19 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use crate::auth::Verifier;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "pg_automerge_sync_server",
-    about = "An automerge-repo sync server whose storage is Postgres (pg_automerge)"
+    about = "An automerge-repo sync server whose storage is Postgres (pg_automerge)",
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
 )]
 pub struct Config {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The address the WebSocket endpoint (`/`) and `/health` listen on; port 0 picks a
     /// free one (the `listening on ws://…` line on stdout says which).
     #[arg(long, env = "SYNC_SERVER_LISTEN", default_value = "127.0.0.1:3030")]
@@ -36,10 +41,74 @@ pub struct Config {
     /// How many Postgres connections the storage may hold (LISTEN takes one more).
     #[arg(long, env = "SYNC_SERVER_POOL_SIZE", default_value_t = 16)]
     pub pool_size: usize,
+    /// The HS256 secret clients' tokens are signed with: a file of at least 32 bytes (a
+    /// trailing newline is not part of it).
+    #[arg(long, env = "SYNC_SERVER_JWT_SECRET_FILE", conflicts_with = "jwks_file")]
+    pub jwt_secret_file: Option<PathBuf>,
+    /// The public keys (RS256, ES256) clients' tokens are signed with, as a JWKS file; a
+    /// token names its key by `kid`.
+    #[arg(long, env = "SYNC_SERVER_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+    /// The audience tokens must name in `aud`. Without it, tokens with an `aud` are refused.
+    #[arg(long, env = "SYNC_SERVER_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// The claim whose value is the client's peer id (the id its repo must announce).
+    #[arg(long, env = "SYNC_SERVER_PEER_ID_CLAIM", default_value = "sub")]
+    pub peer_id_claim: String,
+    /// The database role of clients without a token (which then name their peer id,
+    /// starting `anonymous-`, in the `peer_id` query parameter) and of tokens without a
+    /// `role` claim. Without it, a client without a token is refused.
+    #[arg(long, env = "SYNC_SERVER_ANONYMOUS_ROLE")]
+    pub anonymous_role: Option<String>,
+    /// No tokens and no access control: anyone who reaches the server reads and writes
+    /// every document whose id they know, and creates documents. For local development.
+    #[arg(
+        long,
+        env = "SYNC_SERVER_ALLOW_ANONYMOUS",
+        conflicts_with_all = ["jwt_secret_file", "jwks_file", "anonymous_role"]
+    )]
+    pub allow_anonymous: bool,
+    /// The channel on which a NOTIFY makes the server decide access again: the payload is
+    /// a document id, or empty for every document.
+    #[arg(long, env = "SYNC_SERVER_ACCESS_CHANNEL", default_value = "automerge_repo_access", value_parser = identifier)]
+    pub access_channel: String,
+    /// The largest WebSocket message a client may send, in bytes; a larger one closes
+    /// its connection.
+    #[arg(long, env = "SYNC_SERVER_MAX_MESSAGE_BYTES", default_value_t = 64 << 20)]
+    pub max_message_bytes: usize,
+    /// How many documents one connection may sync; a message about one more closes it.
+    #[arg(long, env = "SYNC_SERVER_MAX_DOCUMENTS_PER_CONNECTION", default_value_t = 1000)]
+    pub max_documents_per_connection: usize,
     /// How logs are written to stderr: `text` for people, `json` for collectors. The
     /// level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "SYNC_SERVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Print a token signed with the HS256 secret, for trying the server out and for
+    /// tests; an app's backend mints its own (see docs/sync-server.md).
+    MintToken(MintToken),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MintToken {
+    /// The HS256 secret file the server checks tokens with.
+    #[arg(long, env = "SYNC_SERVER_JWT_SECRET_FILE")]
+    pub jwt_secret_file: PathBuf,
+    /// The `sub` claim: the user, and the peer id by default.
+    #[arg(long)]
+    pub sub: String,
+    /// The `role` claim: the database role the server becomes for this client.
+    #[arg(long)]
+    pub role: String,
+    /// The `aud` claim.
+    #[arg(long)]
+    pub audience: Option<String>,
+    /// How long the token is valid.
+    #[arg(long, default_value_t = 3600)]
+    pub expires_in_seconds: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,6 +130,31 @@ impl Config {
             (Some(url), None) => StorageChoice::Postgres(url),
             (None, None) => unreachable!("clap requires one of the two"),
         }
+    }
+
+    /// How clients are let in: `None` when anyone is (`--allow-anonymous`), else the
+    /// verifier of their tokens. A server with neither refuses to start.
+    pub fn verifier(&self) -> anyhow::Result<Option<Verifier>> {
+        if self.allow_anonymous {
+            return Ok(None);
+        }
+        if self.jwt_secret_file.is_none() && self.jwks_file.is_none() {
+            anyhow::bail!(
+                "give --jwt-secret-file or --jwks-file to check clients' tokens, or \
+                 --allow-anonymous to let anyone read and write every document"
+            );
+        }
+        if matches!(self.storage(), StorageChoice::Filesystem(_)) {
+            anyhow::bail!("access control needs Postgres storage (--database-url)");
+        }
+        let verifier = Verifier::new(
+            self.jwt_secret_file.as_deref(),
+            self.jwks_file.as_deref(),
+            self.jwt_audience.clone(),
+            self.peer_id_claim.clone(),
+            self.anonymous_role.clone(),
+        )?;
+        Ok(Some(verifier))
     }
 }
 
@@ -89,6 +183,38 @@ mod tests {
         for bad in ["", "Documents", "1st", "a;drop", "a b", &"x".repeat(64)] {
             assert!(identifier(bad).is_err(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn needs_tokens_or_anonymous_access() {
+        let open = Config::try_parse_from(["server", "--database-url", "x", "--allow-anonymous"]);
+        assert!(open.unwrap().verifier().unwrap().is_none());
+        let closed = Config::try_parse_from(["server", "--database-url", "x"]).unwrap();
+        let refusal = closed.verifier().err().unwrap().to_string();
+        assert!(refusal.contains("--allow-anonymous"), "{refusal}");
+        assert!(Config::try_parse_from([
+            "server",
+            "--database-url",
+            "x",
+            "--allow-anonymous",
+            "--jwt-secret-file",
+            "/tmp/s"
+        ])
+        .is_err());
+        let minting = Config::try_parse_from([
+            "server",
+            "mint-token",
+            "--jwt-secret-file",
+            "/tmp/s",
+            "--sub",
+            "ana",
+            "--role",
+            "app_user",
+        ])
+        .unwrap();
+        assert!(
+            matches!(minting.command, Some(Command::MintToken(MintToken { ref sub, .. })) if sub == "ana")
+        );
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! document is a row of an `automerge` column that SQL reads and writes. See
 //! docs/sync-server.md.
 
+pub mod access;
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod listen;

@@ -7,6 +7,10 @@
 //!
 //! Notifications sent while the LISTEN connection is down are not replayed: a document
 //! written then reaches clients with the next write of it, or when the server restarts.
+//!
+//! With access control, every notification about a row, and every notification on the
+//! access channel, makes the share policy decide again (see `access`); so does every
+//! (re)connection, since notifications may have been missed.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,7 +21,15 @@ use samod::{DocumentId, Repo};
 use serde::Deserialize;
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use crate::access::{Access, Recheck};
 use crate::storage::PostgresStorage;
+
+/// The channels listened on: the documents table's, and with access control the access
+/// channel and the policy its notifications recheck.
+pub struct Channels {
+    pub documents: String,
+    pub access: Option<(String, Access)>,
+}
 
 /// The JSON payload of `automerge_notify` (see docs/writing-documents.md).
 #[derive(Deserialize, Debug)]
@@ -38,9 +50,9 @@ const FIND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Listens until the process ends, connecting again (after a second) whenever the
 /// connection is lost.
-pub async fn run(database_url: String, channel: String, repo: Repo, storage: PostgresStorage) {
+pub async fn run(database_url: String, channels: Channels, repo: Repo, storage: PostgresStorage) {
     loop {
-        if let Err(error) = listen(&database_url, &channel, &repo, &storage).await {
+        if let Err(error) = listen(&database_url, &channels, &repo, &storage).await {
             tracing::warn!(%error, "LISTEN connection lost; connecting again in 1s");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -49,7 +61,7 @@ pub async fn run(database_url: String, channel: String, repo: Repo, storage: Pos
 
 async fn listen(
     database_url: &str,
-    channel: &str,
+    channels: &Channels,
     repo: &Repo,
     storage: &PostgresStorage,
 ) -> Result<(), tokio_postgres::Error> {
@@ -60,7 +72,10 @@ async fn listen(
         while let Some(message) = messages.next().await {
             match message? {
                 AsyncMessage::Notification(notification) => {
-                    let _ = sender.send(notification.payload().to_string());
+                    let _ = sender.send((
+                        notification.channel().to_string(),
+                        notification.payload().to_string(),
+                    ));
                 }
                 AsyncMessage::Notice(notice) => tracing::debug!(%notice, "notice"),
                 _ => {}
@@ -68,18 +83,39 @@ async fn listen(
         }
         Ok::<(), tokio_postgres::Error>(())
     });
-    client.batch_execute(&format!("LISTEN {channel}")).await?;
-    tracing::info!(channel, "listening for SQL writes");
-    while let Some(payload) = notifications.recv().await {
+    client.batch_execute(&format!("LISTEN {}", channels.documents)).await?;
+    tracing::info!(channel = channels.documents, "listening for SQL writes");
+    if let Some((channel, access)) = &channels.access {
+        client.batch_execute(&format!("LISTEN {channel}")).await?;
+        tracing::info!(channel, "listening for access changes");
+        access.recheck(Recheck::Everything);
+    }
+    while let Some((channel, payload)) = notifications.recv().await {
+        match &channels.access {
+            Some((access_channel, access)) if *access_channel == channel => {
+                access.recheck(match payload.as_str() {
+                    "" => Recheck::Everything,
+                    id => Recheck::Document(id.to_string()),
+                });
+                continue;
+            }
+            _ => {}
+        }
         let (repo, storage) = (repo.clone(), storage.clone());
-        tokio::spawn(async move { hand_to_repo(&payload, &repo, &storage).await });
+        let access = channels.access.as_ref().map(|(_, access)| access.clone());
+        tokio::spawn(async move { hand_to_repo(&payload, &repo, &storage, access).await });
     }
     // The channel closes when the connection's driver ends: report why.
     driver.await.expect("the LISTEN driver does not panic")
 }
 
 /// One notification: the written row's document into the repo, unless the repo has it.
-async fn hand_to_repo(payload: &str, repo: &Repo, storage: &PostgresStorage) {
+async fn hand_to_repo(
+    payload: &str,
+    repo: &Repo,
+    storage: &PostgresStorage,
+    access: Option<Access>,
+) {
     let payload: Payload = match serde_json::from_str(payload) {
         Ok(payload) => payload,
         Err(error) => return tracing::warn!(%error, payload, "unreadable notification"),
@@ -87,6 +123,9 @@ async fn hand_to_repo(payload: &str, repo: &Repo, storage: &PostgresStorage) {
     let Some(Key { id }) = payload.key else {
         return tracing::warn!("a notification without the row's key (truncated): skipped");
     };
+    if let Some(access) = access {
+        access.recheck(Recheck::Document(id.clone()));
+    }
     if payload.operation == "DELETE" {
         // A row deleted in SQL keeps its chunks: see docs/sync-server.md.
         return;

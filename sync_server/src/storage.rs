@@ -15,6 +15,10 @@
 //! inserted in SQL is a repo document, and a repo that loads a document has every SQL
 //! write of it, including those made while no server listened.
 //!
+//! With access control, the first chunk of a document a peer was allowed to create
+//! inserts its row as that peer (its role and claims, see `access`), so the INSERT
+//! policies and the columns' defaults (an `owner` set from the claims) apply.
+//!
 //! The `Storage` trait has no way to report a failure, and a load that says "nothing"
 //! or a put that is dropped would lose data: every operation retries, with a capped
 //! backoff and a warning, until Postgres answers.
@@ -27,12 +31,14 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use samod::storage::{Storage, StorageKey};
 
+use crate::access::{Creators, BECOME, BECOME_SERVER};
 use crate::schema::Tables;
 
 #[derive(Clone)]
 pub struct PostgresStorage {
     pool: Pool,
     sql: Arc<Statements>,
+    creators: Creators,
 }
 
 /// The statements, written once with the configured table names.
@@ -156,8 +162,8 @@ fn split(key: &str) -> Option<StorageKey> {
 }
 
 impl PostgresStorage {
-    pub fn new(pool: Pool, tables: &Tables) -> PostgresStorage {
-        PostgresStorage { pool, sql: Arc::new(Statements::new(tables)) }
+    pub fn new(pool: Pool, tables: &Tables, creators: Creators) -> PostgresStorage {
+        PostgresStorage { pool, sql: Arc::new(Statements::new(tables)), creators }
     }
 
     /// Runs `operation` until Postgres answers it, waiting longer after each failure (at
@@ -275,7 +281,7 @@ impl PostgresStorage {
         transaction.batch_execute("SAVEPOINT merge_chunk").await?;
         let merged = async {
             if transaction.execute(&self.sql.merge, &[&document, &data]).await? == 0
-                && transaction.execute(&self.sql.insert_document, &[&document, &data]).await? == 0
+                && self.insert(transaction, document, data).await? == 0
             {
                 // Another writer inserted the row since the update: merge into it.
                 transaction.execute(&self.sql.merge, &[&document, &data]).await?;
@@ -290,6 +296,23 @@ impl PostgresStorage {
                 Err(error)
             }
         }
+    }
+
+    /// The document's row, inserted as the peer that was allowed to create it if any.
+    async fn insert(
+        &self,
+        transaction: &deadpool_postgres::Transaction<'_>,
+        document: &str,
+        data: &[u8],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let Some(creator) = self.creators.get(document) else {
+            return transaction.execute(&self.sql.insert_document, &[&document, &data]).await;
+        };
+        transaction.execute(BECOME, &[&creator.role, &creator.claims.to_string()]).await?;
+        let inserted = transaction.execute(&self.sql.insert_document, &[&document, &data]).await?;
+        transaction.batch_execute(BECOME_SERVER).await?;
+        self.creators.created(document);
+        Ok(inserted)
     }
 
     async fn try_delete(&self, key: &str) -> Result<(), StorageError> {

@@ -4,6 +4,10 @@
 //! on the socket, crafted changes, chunks the extension refuses) that must leave the
 //! stored documents as they were.
 
+mod common;
+
+use common::{database, env, eventually};
+
 use std::time::{Duration, Instant};
 
 use automerge::transaction::Transactable;
@@ -16,34 +20,8 @@ use sync_server::storage::PostgresStorage;
 use tokio_postgres::NoTls;
 use tokio_tungstenite::tungstenite::Message;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: these tests run through `cargo xtask test --only sync`")
-    })
-}
-
 async fn connected_client() -> Repo {
     sync_server::client::connect(&env("SYNC_SERVER_URL")).await.expect("connecting").0
-}
-
-async fn database() -> tokio_postgres::Client {
-    let (client, connection) =
-        tokio_postgres::connect(&env("SYNC_DATABASE_URL"), NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-/// Polls `probe` every 50 ms for up to 30 s.
-async fn eventually<F, Fut>(what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !probe().await {
-        assert!(Instant::now() < deadline, "{what}: not within 30s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn row_field(db: &tokio_postgres::Client, id: &str, path: &str) -> Option<String> {
@@ -81,7 +59,7 @@ fn text_at(doc: &Automerge, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_rust_client_round_trip() {
-    let db = database().await;
+    let db = database("SYNC_DATABASE_URL").await;
     let writer = connected_client().await;
     let mut initial = AutoCommit::new();
     let title = initial.put_object(ROOT, "title", ObjType::Text).unwrap();
@@ -129,7 +107,7 @@ async fn a_rust_client_round_trip() {
 /// and a document stored before is as it was.
 #[tokio::test]
 async fn garbage_on_the_socket_harms_nothing() {
-    let db = database().await;
+    let db = database("SYNC_DATABASE_URL").await;
     let writer = connected_client().await;
     let mut initial = AutoCommit::new();
     initial.put(ROOT, "status", "kept").unwrap();
@@ -171,7 +149,7 @@ async fn garbage_on_the_socket_harms_nothing() {
 async fn crafted_changes_leave_the_stored_document_unharmed() {
     use fixtures::wrong_changes::{client_document, wrong_change, Choices, Wrong};
 
-    let db = database().await;
+    let db = database("SYNC_DATABASE_URL").await;
     let client = connected_client().await;
     let mut refused = 0;
     for (n, kind) in Wrong::ALL.into_iter().enumerate() {
@@ -262,7 +240,7 @@ fn travels_by_sync(honest: &Automerge, bad: &[u8]) -> bool {
 /// it, pending with its refusal, and the document's row untouched.
 #[tokio::test]
 async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
-    let db = database().await;
+    let db = database("SYNC_DATABASE_URL").await;
     let config: tokio_postgres::Config = env("SYNC_DATABASE_URL").parse().unwrap();
     let manager = deadpool_postgres::Manager::new(config, NoTls);
     let pool = deadpool_postgres::Pool::builder(manager).max_size(2).build().unwrap();
@@ -271,7 +249,7 @@ async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
         chunks: "automerge_repo_chunks".into(),
         channel: "automerge_repo_documents".into(),
     };
-    let storage = PostgresStorage::new(pool, &tables);
+    let storage = PostgresStorage::new(pool, &tables, Default::default());
 
     let mut doc = AutoCommit::new();
     doc.put(ROOT, "state", "good").unwrap();

@@ -140,13 +140,13 @@ pub struct BenchFlags {
     /// WAL are `sql/storage/<fixture>`.
     #[arg(long)]
     pub filter: Option<String>,
-    /// Instead of the criterion benches, the sync server on Postgres against samod's
-    /// file-system storage: first sync of stored documents and change round trips at 1, 10
-    /// and 100 client pairs; report in results/sync-bench-<date>-<commit>/ (about four
-    /// minutes a repeat).
+    /// Instead of the criterion benches, the sync server on Postgres, on Postgres with
+    /// access control, and on samod's file-system storage: first sync of stored documents
+    /// and change round trips at 1, 10 and 100 client pairs; report in
+    /// results/sync-bench-<date>-<commit>/ (about six minutes a repeat).
     #[arg(long)]
     pub sync: bool,
-    /// With --sync: how many times each storage is measured, the two alternating; the
+    /// With --sync: how many times each storage is measured, the three rotating; the
     /// report gives medians over them. 5 by default, 1 with --quick.
     #[arg(long, requires = "sync")]
     pub repeats: Option<usize>,

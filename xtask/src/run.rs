@@ -63,7 +63,10 @@ impl RunFlags {
         println!();
         println!("    {}", cluster.psql_line(DATABASE));
         println!();
-        println!("automerge-repo clients connect to the sync server (docs/sync-server.md) at:");
+        println!(
+            "automerge-repo clients connect to the sync server at the URL below; it runs with"
+        );
+        println!("--allow-anonymous (no token needed; see docs/sync-server.md#access-control):");
         println!();
         println!("    {url}");
         println!();

@@ -1,8 +1,9 @@
 //! The sync server (`sync_server/`) against a cluster of its own, on loopback: the
 //! checks of `cargo xtask test --only sync` (the JS clients of examples/sync-client, the
 //! samod client tests, a restart, two servers on one database, the health endpoint, the
-//! snippet of docs/sync-server.md), and the server processes that `run` and the
-//! benchmark start too.
+//! snippet of docs/sync-server.md; then access control: two servers checking tokens on a
+//! database set up with docs/sync-server.md's example), and the server processes that
+//! `run` and the benchmark start too.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -54,17 +55,19 @@ pub enum ServerStorage<'a> {
 }
 
 impl SyncServer {
-    /// Starts a server on a free loopback port, logging to `<clusters>/sync-<name>.log`,
-    /// and waits for its `listening on ws://…` line.
+    /// Starts a server on a free loopback port with the `access` flags (who may connect),
+    /// logging to `<clusters>/sync-<name>.log`, and waits for its `listening on ws://…`
+    /// line.
     pub fn start(
         sh: &Shell,
         storage: ServerStorage,
         name: &str,
         release: bool,
+        access: &[String],
     ) -> Result<SyncServer> {
         let log = clusters_dir(sh)?.join(format!("sync-{name}.log"));
         let mut command = Command::new(server_binary(release));
-        command.args(["--listen", "127.0.0.1:0"]);
+        command.args(["--listen", "127.0.0.1:0"]).args(access);
         match storage {
             ServerStorage::Postgres(cluster, database) => {
                 command.arg("--database-url").arg(cluster.conninfo(database));
@@ -132,7 +135,13 @@ impl Drop for SyncServer {
     }
 }
 
-/// A server for `cargo xtask run`: detached (its own process group, so that it outlives
+/// The access flags of a server anyone may use: local runs, the benchmark's baseline and
+/// the checks that predate access control.
+pub fn anonymous() -> Vec<String> {
+    vec!["--allow-anonymous".to_string()]
+}
+
+/// A server for `cargo xtask run`, anonymous: detached (its own process group, so that it outlives
 /// xtask, as the cluster does), its pid in `<name>.pid` and its log in `<name>.log` under
 /// the clusters' directory. One started before is stopped first (the binary may be new).
 /// Returns the URL clients connect to.
@@ -149,7 +158,7 @@ pub fn start_detached(
     let output = dir.join(format!("{name}.out"));
     let child = std::os::unix::process::CommandExt::process_group(
         Command::new(server_binary(release))
-            .args(["--listen", "127.0.0.1:0", "--database-url"])
+            .args(["--listen", "127.0.0.1:0", "--allow-anonymous", "--database-url"])
             .arg(cluster.conninfo(database))
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
@@ -204,11 +213,13 @@ fn one(passed: bool) -> Counts {
     Counts { passed: usize::from(passed), failed: usize::from(!passed) }
 }
 
-/// Runs a check of examples/sync-client/driver.mjs, its output passed through.
-fn driver(sh: &Shell, check: &str, servers: &[&SyncServer], db: &Db) -> Counts {
+/// Runs a check of examples/sync-client/driver.mjs, its output passed through; `extra`
+/// are more of its arguments.
+fn driver(sh: &Shell, check: &str, servers: &[&SyncServer], db: &Db, extra: &[String]) -> Counts {
     let _dir = sh.push_dir("examples/sync-client");
     let pg = db.url();
     let mut args = vec![check.to_string(), "--pg".into(), pg];
+    args.extend_from_slice(extra);
     for server in servers {
         args.extend(["--server".into(), server.url.clone()]);
     }
@@ -268,13 +279,13 @@ fn documentation_snippet(sh: &Shell, server: &SyncServer, db: &Db) -> Result<Cou
     Ok(one(passed))
 }
 
-/// The samod client tests (sync_server/tests/against_server.rs) against `server`.
-fn rust_client(server: &SyncServer, db: &Db) -> Result<Counts> {
+/// The samod client tests of sync_server/tests/`file`.rs, with `env` naming what they
+/// run against.
+fn rust_client(file: &str, env: &[(&str, String)]) -> Result<Counts> {
     let mut tests = Command::new("cargo");
     tests
-        .args(["test", "-p", "sync_server", "--test", "against_server", "--no-fail-fast"])
-        .env("SYNC_SERVER_URL", &server.url)
-        .env("SYNC_DATABASE_URL", db.conninfo())
+        .args(["test", "-p", "sync_server", "--test", file, "--no-fail-fast"])
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .current_dir(project_root());
     counted(tests)
 }
@@ -300,8 +311,8 @@ pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
         bail!("the sync step needs Node.js for its automerge-repo clients");
     }
     build_server(false)?;
-    let db = Db { cluster, database };
-    let logs: Vec<PathBuf> = ["a", "b"]
+    let db = Db { cluster, database: database.to_string() };
+    let logs: Vec<PathBuf> = ["a", "b", "c", "d"]
         .iter()
         .map(|name| Ok(clusters_dir(sh)?.join(format!("sync-{name}.log"))))
         .collect::<Result<_>>()?;
@@ -311,39 +322,106 @@ pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
         }
     }
     let mut counts = Counts::default();
-    let server = SyncServer::start(sh, db.storage(), "a", false)?;
+    let open = anonymous();
+    let server = SyncServer::start(sh, db.storage(), "a", false, &open)?;
     counts += health(&server)?;
     for check in ["concurrent", "sql-write", "restart-write"] {
-        counts += driver(sh, check, &[&server], &db);
+        counts += driver(sh, check, &[&server], &db, &[]);
     }
     server.stop()?;
-    let server = SyncServer::start(sh, db.storage(), "a", false)?;
-    counts += driver(sh, "restart-read", &[&server], &db);
-    let second = SyncServer::start(sh, db.storage(), "b", false)?;
-    counts += driver(sh, "two-servers", &[&server, &second], &db);
-    counts += rust_client(&second, &db)?;
+    let server = SyncServer::start(sh, db.storage(), "a", false, &open)?;
+    counts += driver(sh, "restart-read", &[&server], &db, &[]);
+    let second = SyncServer::start(sh, db.storage(), "b", false, &open)?;
+    counts += driver(sh, "two-servers", &[&server, &second], &db, &[]);
+    counts += rust_client(
+        "against_server",
+        &[("SYNC_SERVER_URL", second.url.clone()), ("SYNC_DATABASE_URL", db.conninfo())],
+    )?;
     counts += documentation_snippet(sh, &server, &db)?;
     drop((server, second));
+    counts += access_checks(sh, cluster)?;
     counts += no_panics(&logs)?;
     Ok(counts)
+}
+
+/// The database of the access checks, made afresh with the example of docs/sync-server.md.
+const ACCESS_DATABASE: &str = "sync_access";
+/// The audience the access checks' servers expect.
+const AUDIENCE: &str = "pg_automerge_sync";
+
+/// Two servers checking tokens on one database set up as docs/sync-server.md's "Access
+/// control" example, used by JS clients (driver.mjs `access`) and samod clients
+/// (sync_server/tests/access.rs).
+fn access_checks(sh: &Shell, cluster: &Cluster) -> Result<Counts> {
+    cluster.psql(
+        "postgres",
+        &format!("DROP DATABASE IF EXISTS {ACCESS_DATABASE} WITH (FORCE); DROP ROLE IF EXISTS app_user; CREATE DATABASE {ACCESS_DATABASE};"),
+    )?;
+    cluster.psql(ACCESS_DATABASE, &access_control_example()?)?;
+    let secret = clusters_dir(sh)?.join("sync-jwt-secret");
+    let mut random = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut random)?;
+    std::fs::write(&secret, random.iter().map(|b| format!("{b:02x}")).collect::<String>())?;
+    let access: Vec<String> = [
+        "--jwt-secret-file",
+        &secret.display().to_string(),
+        "--jwt-audience",
+        AUDIENCE,
+        "--max-documents-per-connection",
+        "20",
+        "--max-message-bytes",
+        "1048576",
+    ]
+    .map(str::to_string)
+    .into();
+    let db = Db { cluster, database: ACCESS_DATABASE.to_string() };
+    let first = SyncServer::start(sh, db.storage(), "c", false, &access)?;
+    let second = SyncServer::start(sh, db.storage(), "d", false, &access)?;
+    let mut counts = driver(
+        sh,
+        "access",
+        &[&first, &second],
+        &db,
+        &["--secret".into(), secret.display().to_string(), "--audience".into(), AUDIENCE.into()],
+    );
+    counts += rust_client(
+        "access",
+        &[
+            ("SYNC_ACCESS_SERVER_URLS", format!("{},{}", first.url, second.url)),
+            ("SYNC_ACCESS_DATABASE_URL", db.conninfo()),
+            ("SYNC_JWT_SECRET_FILE", secret.display().to_string()),
+            ("SYNC_JWT_AUDIENCE", AUDIENCE.to_string()),
+        ],
+    )?;
+    Ok(counts)
+}
+
+/// The ```sql access-control block of docs/sync-server.md, as a reader would paste it.
+fn access_control_example() -> Result<String> {
+    let page = std::fs::read_to_string(project_root().join("docs/sync-server.md"))?;
+    page.split("```sql access-control\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .map(str::to_string)
+        .context("docs/sync-server.md has no ```sql access-control block")
 }
 
 /// The database the checks run against.
 struct Db<'a> {
     cluster: &'a Cluster,
-    database: &'a str,
+    database: String,
 }
 
 impl Db<'_> {
     fn storage(&self) -> ServerStorage<'_> {
-        ServerStorage::Postgres(self.cluster, self.database)
+        ServerStorage::Postgres(self.cluster, &self.database)
     }
 
     fn url(&self) -> String {
-        postgres_url(self.cluster, self.database)
+        postgres_url(self.cluster, &self.database)
     }
 
     fn conninfo(&self) -> String {
-        self.cluster.conninfo(self.database)
+        self.cluster.conninfo(&self.database)
     }
 }

@@ -1,5 +1,6 @@
-//! `cargo xtask bench --sync`: the sync server on Postgres against the same server on
-//! samod's own file-system storage, measured in the same run: documents per second for a
+//! `cargo xtask bench --sync`: the sync server on Postgres, on Postgres with access control
+//! (tokens, and each document's sharing decided by Postgres), and on samod's own
+//! file-system storage, measured in the same run: documents per second for a
 //! first sync of N stored documents (a fresh client finds them all from a server that
 //! just started), and the round trip of a change from a writer client through the server
 //! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once.
@@ -22,7 +23,7 @@ use crate::postgres::PgMajor;
 use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
-use crate::sync::{build_server, ServerStorage, SyncServer};
+use crate::sync::{anonymous, build_server, ServerStorage, SyncServer};
 use crate::util::{median, note, step};
 
 /// How much a run measures: the full run, or --quick's smoke check.
@@ -44,17 +45,39 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Backend {
     Postgres,
+    /// Postgres, with the server checking tokens and asking Postgres about each
+    /// (document, peer) under [`ACCESS_SETUP`]'s policy.
+    PostgresAccess,
     Filesystem,
 }
 
 impl Backend {
+    const ALL: [Backend; 3] = [Backend::Postgres, Backend::PostgresAccess, Backend::Filesystem];
+
     fn name(self) -> &'static str {
         match self {
             Backend::Postgres => "Postgres (pg_automerge)",
+            Backend::PostgresAccess => "Postgres with access control",
             Backend::Filesystem => "file system (samod)",
         }
     }
 }
+
+/// The documents table of the access-control runs, made before the server starts: every
+/// `bench_user` may read and write every document, so that the runs measure what the
+/// checks cost (a token per connection, a transaction per (document, peer) and per write
+/// of a row), not a policy's own predicates.
+const ACCESS_SETUP: &str = "
+DO $$ BEGIN CREATE ROLE bench_user NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+CREATE TABLE documents (
+    id text PRIMARY KEY,
+    doc automerge NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+GRANT SELECT, INSERT, UPDATE ON documents TO bench_user;
+ALTER TABLE documents ENABLE ROW LEVEL SECURITY;
+CREATE POLICY every_bench_user ON documents TO bench_user USING (true) WITH CHECK (true);
+";
 
 /// What one backend measured over the repeats.
 struct Measured {
@@ -96,18 +119,15 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         ],
     )?;
     let work = clusters_dir(sh)?.join("bench-sync");
-    let mut measured = [Backend::Postgres, Backend::Filesystem].map(|_| Measured {
+    let mut measured = Backend::ALL.map(|_| Measured {
         documents_per_second: Vec::new(),
         latency: sizes.latency.iter().map(|_| LatencyRuns::default()).collect(),
     });
     for repeat in 0..repeats {
-        // Alternating which storage goes first, so that neither always runs on a machine
-        // that the other has just warmed (or loaded).
-        let order = if repeat % 2 == 0 {
-            [Backend::Postgres, Backend::Filesystem]
-        } else {
-            [Backend::Filesystem, Backend::Postgres]
-        };
+        // Rotating which storage goes first, so that none always runs on a machine that
+        // another has just warmed (or loaded).
+        let mut order = Backend::ALL;
+        order.rotate_left(repeat % Backend::ALL.len());
         for backend in order {
             step(&format!("repeat {} of {repeats}: {}", repeat + 1, backend.name()), || {
                 measure(sh, backend, &cluster, &work, &sizes, &mut measured[backend as usize])
@@ -121,8 +141,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         project_root().join(format!("results/sync-bench-{}-{}", provenance.date, provenance.commit))
     };
     std::fs::create_dir_all(&dir)?;
-    let [postgres, filesystem] = &measured;
-    let report = report(&command, &provenance, &sizes, repeats, postgres, filesystem);
+    let report = report(&command, &provenance, &sizes, repeats, &measured);
     std::fs::write(dir.join("README.md"), &report)?;
     println!("{report}");
     note(format!("report in {}", dir.display()));
@@ -153,11 +172,28 @@ fn measure(
     }
     std::fs::create_dir_all(work)?;
     cluster.psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
-    let storage = match backend {
-        Backend::Postgres => ServerStorage::Postgres(cluster, DATABASE),
-        Backend::Filesystem => ServerStorage::Filesystem(&files),
+    let secret = work.join("jwt-secret");
+    let (storage, access, tokens) = match backend {
+        Backend::Postgres => (ServerStorage::Postgres(cluster, DATABASE), anonymous(), vec![]),
+        Backend::PostgresAccess => {
+            cluster.psql(DATABASE, ACCESS_SETUP)?;
+            std::fs::write(&secret, "a benchmark's secret, at least 32 bytes long")?;
+            let secret = secret.display().to_string();
+            let flags = vec!["--jwt-secret-file".to_string(), secret.clone()];
+            (
+                ServerStorage::Postgres(cluster, DATABASE),
+                flags,
+                vec!["--secret".to_string(), secret],
+            )
+        }
+        Backend::Filesystem => (ServerStorage::Filesystem(&files), anonymous(), vec![]),
     };
-    let start = || SyncServer::start(sh, storage_again(&storage), "bench", true);
+    let start = || SyncServer::start(sh, storage_again(&storage), "bench", true, &access);
+    let client = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(tokens.iter().map(String::as_str));
+        client(&args)
+    };
     let server = start()?;
     let documents = sizes.documents.to_string();
     let ids_arg = ids.display().to_string();
@@ -252,20 +288,33 @@ fn report(
     provenance: &Provenance,
     sizes: &Sizes,
     repeats: usize,
-    postgres: &Measured,
-    filesystem: &Measured,
+    measured: &[Measured; 3],
 ) -> String {
+    let [postgres, access, filesystem] = measured;
     let mut text = String::new();
-    let _ = writeln!(text, "# Sync server: Postgres storage against samod's file-system storage\n");
+    let _ = writeln!(
+        text,
+        "# Sync server: Postgres storage, with and without access control, against samod's \
+         file-system storage\n"
+    );
     let _ = writeln!(text, "Generated by `{command}`; not edited by hand.\n");
     let _ = writeln!(text, "{}", provenance.markdown());
     let _ = writeln!(
         text,
-        "The same server binary (release) on loopback, once on Postgres through pg_automerge \
-         and once on samod's `TokioFilesystemStorage`, measured in this run: {repeats} \
-         repeat(s) of each, the two storages alternating (which goes first alternates too), \
-         each repeat on fresh storage. Clients are samod repos in one process, each with its \
+        "The same server binary (release) on loopback, on Postgres through pg_automerge, on \
+         Postgres with access control, and on samod's `TokioFilesystemStorage`, measured in \
+         this run: {repeats} repeat(s) of each, the three rotating which goes first, each \
+         repeat on fresh storage. Clients are samod repos in one process, each with its \
          own WebSocket connection (`sync_server/examples/sync_bench.rs`).\n"
+    );
+    let _ = writeln!(
+        text,
+        "\"Postgres with access control\" is the Postgres run with the server checking an HS256 \
+         token at each connection (each client a peer of its own) and deciding each \
+         (document, peer) pair in Postgres, again on each write of the document's row, as \
+         docs/sync-server.md describes, under a policy that lets every client read and write \
+         every document: its difference from the plain Postgres run is the cost of the \
+         checks, not of a policy's predicates.\n"
     );
     let _ = writeln!(text, "## First sync\n");
     let _ = writeln!(
@@ -283,7 +332,7 @@ fn report(
         ("ratio to file system", Align::Right),
     ]);
     let base = median(&filesystem.documents_per_second);
-    for (backend, measured) in [(Backend::Postgres, postgres), (Backend::Filesystem, filesystem)] {
+    for (backend, measured) in Backend::ALL.into_iter().zip(measured) {
         let values = &measured.documents_per_second;
         let (min, max) = range(values);
         first.row([
@@ -303,7 +352,8 @@ fn report(
          is timed from the writer's commit until its reader has it (client → server → storage \
          → client). The median and 90th percentile are over every change of every repeat; \
          \"repeats\" gives the lowest and highest of the repeats' own medians. The ratio is \
-         Postgres's median over the file system's.\n"
+         Postgres's median over the file system's; \"checks cost\" is the median with access \
+         control less the plain Postgres median.\n"
     );
     let mut latency = Table::new([
         ("pairs", Align::Right),
@@ -315,11 +365,17 @@ fn report(
         ("repeats", Align::Right),
         ("p90", Align::Right),
         ("ratio (medians)", Align::Right),
+        ("with access control median ms", Align::Right),
+        ("repeats", Align::Right),
+        ("p90", Align::Right),
+        ("checks cost ms", Align::Right),
     ]);
     let mut failures = Vec::new();
     for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
-        let (pg, fs) = (&postgres.latency[at], &filesystem.latency[at]);
-        for (backend, runs) in [(Backend::Postgres, pg), (Backend::Filesystem, fs)] {
+        let (pg, fs, ac) = (&postgres.latency[at], &filesystem.latency[at], &access.latency[at]);
+        for (backend, runs) in
+            [(Backend::Postgres, pg), (Backend::PostgresAccess, ac), (Backend::Filesystem, fs)]
+        {
             for reason in &runs.failures {
                 failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
             }
@@ -338,6 +394,10 @@ fn report(
             repeat_range(fs),
             format!("{:.1}", percentile(&fs.samples_ms, 0.9)),
             format!("{:.2}x", median(&pg.samples_ms) / median(&fs.samples_ms)),
+            format!("{:.1}", median(&ac.samples_ms)),
+            repeat_range(ac),
+            format!("{:.1}", percentile(&ac.samples_ms, 0.9)),
+            format!("{:+.1}", median(&ac.samples_ms) - median(&pg.samples_ms)),
         ]);
     }
     let _ = writeln!(text, "{latency}");
