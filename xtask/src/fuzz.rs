@@ -134,9 +134,12 @@ fn report(provenance: &Provenance, campaign: &Campaign, target: FuzzTarget) -> R
             items.iter().map(|item| format!("- {item}\n")).collect()
         }
     };
-    let (executions, reached, loaded, targets) = match target {
+    let (executions, seeds, failures, reached, loaded, targets) = match target {
         FuzzTarget::All => (
             "executions (each runs the byte targets and the wrong-change target on its input)",
+            "seeds (fixture saves, changes, bundles, regression inputs)",
+            "failures (a panic escaping the core, a load over twice its estimate plus 4 MB, an \
+             input over 5 s)",
             "executions whose input reached Automerge's load",
             "executions whose input loaded as a document",
             "every byte input of the core crate (type input as text and bytes, `doc || bytea`, \
@@ -149,6 +152,9 @@ fn report(provenance: &Provenance, campaign: &Campaign, target: FuzzTarget) -> R
         ),
         FuzzTarget::AlteredWrites => (
             "executions (each alters one honest JS-shaped change and writes it through one entry point)",
+            "seeds (short choice streams)",
+            "failures (a write accepted whose value breaks the invariant, a panic escaping the \
+             core, an input over 5 s)",
             "executions whose write was accepted (and its value checked)",
             "accepted values that kept the invariant",
             "the altered-change target (`fuzz/src/altered_writes.rs`, issue 35): the input as a \
@@ -165,15 +171,11 @@ fn report(provenance: &Provenance, campaign: &Campaign, target: FuzzTarget) -> R
     for (name, value) in [
         (executions, counts.executions),
         ("seconds", counts.seconds),
-        ("seeds (fixture saves, changes, bundles, regression inputs)", counts.seeds),
+        (seeds, counts.seeds),
         ("corpus at the end (seeds and kept mutants)", counts.corpus),
         (reached, counts.reached_load),
         (loaded, counts.loaded),
-        (
-            "failures (a panic escaping the core, a load over twice its estimate plus 4 MB, an \
-             input over 5 s)",
-            counts.failures,
-        ),
+        (failures, counts.failures),
         ("kinds of Automerge panic that the core caught and refused", counts.caught),
         ("committed regression inputs (`fuzz/regressions/`)", regressions as u64),
     ] {
