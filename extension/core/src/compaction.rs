@@ -22,10 +22,9 @@ pub struct Compacted {
 impl Compacted {
     /// Compacts `stored` (one load, within the load limit, and one of the new save to
     /// verify it); `None` when it holds no appended changes and is already in the current
-    /// format. The JSON and the structure
-    /// index the value keeps are the document's (appended writes keep them so), so they are
-    /// kept as they are rather than built again from the load: about as long as the load
-    /// itself on a long text.
+    /// format. The JSON and the structure index the value keeps are the document's
+    /// (appended writes keep them so), so they are kept as they are rather than built again
+    /// from the load: about as long as the load itself on a long text.
     pub fn of(stored: &[u8], settings: WriteSettings) -> Result<Option<Compacted>, Error> {
         let value = format::decode(stored)?;
         let appended = value.kept.as_ref().map_or(0, |kept| kept.appended_changes);
