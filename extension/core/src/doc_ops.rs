@@ -97,15 +97,26 @@ pub(crate) fn corrupt(what: &str) -> Error {
     Error::NotAutomerge(format!("document columns: {what}"))
 }
 
-/// A document chunk's actors and operation columns (inflated where deflated).
-pub struct DocumentOps<'a> {
+/// A document chunk split into its sections, each borrowed as stored: what reading its
+/// operations ([`DocumentOps`]) and writing one of its columns anew
+/// ([`doc_rewrite`](crate::doc_rewrite)) both start from.
+pub(crate) struct DocumentChunk<'a> {
+    pub body: &'a [u8],
     pub actors: Vec<ActorId>,
-    columns: Vec<(u32, Cow<'a, [u8]>)>,
+    /// Where the operation columns' specs start in `body`: all before is the actors, the
+    /// heads and the change columns' specs.
+    pub op_specs_at: usize,
+    /// The change columns' data.
+    pub change_data: &'a [u8],
+    /// Each operation column's spec (its deflate bit as stored) and data.
+    pub op_columns: Vec<(u32, &'a [u8])>,
+    /// What follows the columns (the heads' change indexes).
+    pub tail: &'a [u8],
 }
 
-impl<'a> DocumentOps<'a> {
-    /// The operations of the document chunk that `save` starts with.
-    pub fn read(save: &'a [u8]) -> Result<DocumentOps<'a>, Error> {
+impl<'a> DocumentChunk<'a> {
+    /// The sections of the document chunk that `save` starts with.
+    pub(crate) fn split(save: &'a [u8]) -> Result<DocumentChunk<'a>, Error> {
         let (chunk_type, body, _) = chunk::split_first(save)?;
         if chunk_type != chunk::DOCUMENT {
             return Err(corrupt("not a document chunk"));
@@ -141,14 +152,33 @@ impl<'a> DocumentOps<'a> {
             Ok::<_, Error>(specs)
         };
         let change_specs = specs(&mut rest)?;
+        let op_specs_at = body.len() - rest.len();
         let op_specs = specs(&mut rest)?;
-        take(&mut rest, change_specs.iter().map(|(_, len)| len).sum())?;
-        let mut columns = Vec::with_capacity(op_specs.len());
+        let change_data = take(&mut rest, change_specs.iter().map(|(_, len)| len).sum())?;
+        let mut op_columns = Vec::with_capacity(op_specs.len());
         for (spec, len) in op_specs {
-            let data = take(&mut rest, len)?;
-            columns.push((spec & !spec::DEFLATE, inflate(spec, data)?));
+            op_columns.push((spec, take(&mut rest, len)?));
         }
-        Ok(DocumentOps { actors, columns })
+        Ok(DocumentChunk { body, actors, op_specs_at, change_data, op_columns, tail: rest })
+    }
+}
+
+/// A document chunk's actors and operation columns (inflated where deflated).
+pub struct DocumentOps<'a> {
+    pub actors: Vec<ActorId>,
+    columns: Vec<(u32, Cow<'a, [u8]>)>,
+}
+
+impl<'a> DocumentOps<'a> {
+    /// The operations of the document chunk that `save` starts with.
+    pub fn read(save: &'a [u8]) -> Result<DocumentOps<'a>, Error> {
+        let chunk = DocumentChunk::split(save)?;
+        let columns = chunk
+            .op_columns
+            .into_iter()
+            .map(|(spec, data)| Ok((spec & !spec::DEFLATE, inflate(spec, data)?)))
+            .collect::<Result<_, Error>>()?;
+        Ok(DocumentOps { actors: chunk.actors, columns })
     }
 
     fn column(&self, spec: u32) -> &[u8] {

@@ -2,9 +2,7 @@
 //! mark order the loader refuses past the loader (see [`repair`](crate::repair)). The
 //! columns are read as [`doc_ops`](crate::doc_ops) reads them.
 
-use std::borrow::Cow;
-
-use crate::doc_ops::{corrupt, inflate, spec, Rle};
+use crate::doc_ops::{corrupt, inflate, spec, DocumentChunk, Rle};
 use crate::{chunk, leb128, Error};
 
 /// The save `save` with the operation at `row` (in document order) given the mark name
@@ -13,59 +11,14 @@ use crate::{chunk, leb128, Error};
 /// the chunk is kept; the mark-name column is written anew, uncompressed, and the chunk's
 /// length and checksum follow.
 pub fn with_mark_name_at(save: &[u8], row: usize, name: &str) -> Result<Vec<u8>, Error> {
-    let (chunk_type, body, _) = chunk::split_first(save)?;
-    if chunk_type != chunk::DOCUMENT {
-        return Err(corrupt("not a document chunk"));
-    }
-    let mut rest = body;
-    let uleb = |rest: &mut &[u8]| {
-        let (value, after) = leb128::split_uleb(rest).ok_or_else(|| corrupt("truncated"))?;
-        *rest = after;
-        Ok::<u64, Error>(value)
+    let document = DocumentChunk::split(save)?;
+    let without_deflate = |spec: u32| spec & !spec::DEFLATE;
+    let column = |wanted: u32| {
+        let found = document.op_columns.iter().find(|(spec, _)| without_deflate(*spec) == wanted);
+        found.map(|(spec, data)| inflate(*spec, data)).transpose()
     };
-    let skip = |rest: &mut &[u8], n: u64| {
-        let n = usize::try_from(n).ok().filter(|n| *n <= rest.len());
-        *rest = &rest[n.ok_or_else(|| corrupt("truncated"))?..];
-        Ok::<(), Error>(())
-    };
-    for _ in 0..uleb(&mut rest)? {
-        let len = uleb(&mut rest)?;
-        skip(&mut rest, len)?;
-    }
-    let heads = uleb(&mut rest)?;
-    skip(&mut rest, heads.saturating_mul(32))?;
-    let specs = |rest: &mut &[u8]| {
-        (0..uleb(rest)?).map(|_| Ok((uleb(rest)?, uleb(rest)?))).collect::<Result<Vec<_>, _>>()
-    };
-    let change_specs = specs(&mut rest)?;
-    let op_specs_at = body.len() - rest.len();
-    let op_specs = specs(&mut rest)?;
-    let change_data_at = body.len() - rest.len();
-    skip(&mut rest, change_specs.iter().map(|(_, len)| len).sum())?;
-    let change_data = &body[change_data_at..body.len() - rest.len()];
-    let mut columns = Vec::with_capacity(op_specs.len() + 1);
-    for (spec, len) in op_specs {
-        let at = body.len() - rest.len();
-        skip(&mut rest, len)?;
-        columns.push((spec, Cow::Borrowed(&body[at..body.len() - rest.len()])));
-    }
-    let tail = rest;
-    let is_mark_name = |spec: u64| spec & !u64::from(spec::DEFLATE) == u64::from(spec::MARK_NAME);
-    let mut names: Vec<Option<&str>> = Vec::new();
-    let inflated;
-    if let Some((spec, data)) = columns.iter().find(|(spec, _)| is_mark_name(*spec)) {
-        inflated = inflate(*spec as u32, data)?;
-        let mut column = Rle::<&str>::new(&inflated);
-        while let Some(value) = column.next()? {
-            names.push(value);
-        }
-    }
     // The loader wants a row in every column for each operation: the id column has one.
-    let (id_spec, id_data) = columns
-        .iter()
-        .find(|(spec, _)| *spec & !u64::from(spec::DEFLATE) == u64::from(spec::ID_ACTOR))
-        .ok_or_else(|| corrupt("no operation ids"))?;
-    let ids = inflate(*id_spec as u32, id_data)?;
+    let ids = column(spec::ID_ACTOR)?.ok_or_else(|| corrupt("no operation ids"))?;
     let mut rows = 0;
     let mut id_column = Rle::<u64>::new(&ids);
     while id_column.next()?.is_some() {
@@ -74,25 +27,38 @@ pub fn with_mark_name_at(save: &[u8], row: usize, name: &str) -> Result<Vec<u8>,
     if row >= rows {
         return Err(corrupt("no operation at that row"));
     }
+    let mut names: Vec<Option<&str>> = Vec::with_capacity(rows);
+    let stored_names = column(spec::MARK_NAME)?;
+    if let Some(stored_names) = &stored_names {
+        let mut column = Rle::<&str>::new(stored_names);
+        while let Some(value) = column.next()? {
+            names.push(value);
+        }
+    }
     names.resize(rows.max(names.len()), None);
     names[row] = Some(name);
     let encoded = rle_strings(&names);
-    columns.retain(|(spec, _)| !is_mark_name(*spec));
-    let at = columns.partition_point(|(spec, _)| *spec < u64::from(spec::MARK_NAME));
-    columns.insert(at, (u64::from(spec::MARK_NAME), Cow::Owned(encoded)));
 
-    let mut new_body = body[..op_specs_at].to_vec();
-    leb128::write_uleb(&mut new_body, columns.len() as u64);
+    let mut columns: Vec<(u32, &[u8])> = document
+        .op_columns
+        .iter()
+        .copied()
+        .filter(|(spec, _)| without_deflate(*spec) != spec::MARK_NAME)
+        .collect();
+    let at = columns.partition_point(|(spec, _)| *spec < spec::MARK_NAME);
+    columns.insert(at, (spec::MARK_NAME, &encoded));
+    let mut body = document.body[..document.op_specs_at].to_vec();
+    leb128::write_uleb(&mut body, columns.len() as u64);
     for (spec, data) in &columns {
-        leb128::write_uleb(&mut new_body, *spec);
-        leb128::write_uleb(&mut new_body, data.len() as u64);
+        leb128::write_uleb(&mut body, u64::from(*spec));
+        leb128::write_uleb(&mut body, data.len() as u64);
     }
-    new_body.extend_from_slice(change_data);
+    body.extend_from_slice(document.change_data);
     for (_, data) in &columns {
-        new_body.extend_from_slice(data);
+        body.extend_from_slice(data);
     }
-    new_body.extend_from_slice(tail);
-    Ok(chunk::framed(chunk::DOCUMENT, &new_body))
+    body.extend_from_slice(document.tail);
+    Ok(chunk::framed(chunk::DOCUMENT, &body))
 }
 
 /// A run-length encoded string column, as Automerge writes one: a run of nulls as 0 and
