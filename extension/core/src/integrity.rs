@@ -39,7 +39,6 @@ use std::fmt;
 use automerge::legacy::{Key, ObjectId, OpType};
 use automerge::{ActorId, Automerge, Change, ChangeHash, ChangeMetadata, ObjType};
 
-use crate::doc_ops::DocumentOps;
 use crate::guard::no_panic;
 use crate::mark_order::{self, Misplaced};
 use crate::Error;
@@ -250,17 +249,13 @@ fn broken_mark_order(doc: &Automerge) -> Option<Broken> {
         Ok(found) => found?,
         Err(_) => return unreadable(),
     };
-    let (counter, actor_index) = misplaced.end;
-    let actor = DocumentOps::read(&save).ok().and_then(|ops| ops.actors.get(actor_index).cloned());
+    let (counter, actor) = (misplaced.counter, &misplaced.actor);
     let changes = no_panic(|| doc.get_changes_meta(&[])).unwrap_or_default();
     let change = changes
         .iter()
-        .find(|c| Some(&*c.actor) == actor.as_ref() && (c.start_op..=c.max_op).contains(&counter))
+        .find(|c| *c.actor == *actor && (c.start_op..=c.max_op).contains(&counter))
         .map_or(ChangeHash([0; 32]), |c| c.hash);
-    let end = match actor {
-        Some(actor) => format!("{counter}@{actor}"),
-        None => format!("{counter}@actor {actor_index}"),
-    };
+    let end = format!("{counter}@{actor}");
     Some(Broken { change, rule: Rule::MarkOrder { end, cause: misplaced.cause } })
 }
 

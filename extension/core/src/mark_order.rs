@@ -12,14 +12,17 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::doc_ops::{action, DocumentOps, RawOpId};
+use automerge::ActorId;
+
+use crate::doc_ops::{action, corrupt, DocumentOps, RawOpId};
 use crate::Error;
 
 /// A mark end that the loader refuses, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MisplacedMarkEnd {
-    /// The mark end's id: its counter and its actor's index in the save's actor list.
-    pub end: RawOpId,
+    /// The mark end's operation counter and actor.
+    pub counter: u64,
+    pub actor: ActorId,
     /// Its row: how many operations come before it in the save.
     pub row: usize,
     pub cause: Misplaced,
@@ -65,7 +68,9 @@ pub fn misplaced_mark_end(save: &[u8]) -> Result<Option<MisplacedMarkEnd>, Error
             Some(_) => Misplaced::BeginInOtherObject,
             None => Misplaced::BeginNotBefore,
         };
-        return Ok(Some(MisplacedMarkEnd { end: op.id, row, cause }));
+        let (counter, actor) = op.id;
+        let actor = ops.actors.get(actor).cloned().ok_or_else(|| corrupt("no such actor"))?;
+        return Ok(Some(MisplacedMarkEnd { counter, actor, row, cause }));
     }
     Ok(None)
 }

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use automerge::{hydrate, ActorId, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
 use crate::chunk::chunks;
-use crate::doc_ops::DocumentOps;
 use crate::doc_rewrite;
 use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::estimate_stored;
@@ -119,17 +118,12 @@ fn without_misplaced_marks(save: &[u8]) -> Option<(Automerge, Vec<ChangeHash>)> 
         if ends.len() == MAX_MISPLACED_MARKS {
             return None;
         }
-        ends.push(misplaced.end);
         save = doc_rewrite::with_mark_name_at(&save, misplaced.row, "").ok()?;
+        ends.push((misplaced.counter, misplaced.actor));
     }
     if ends.is_empty() {
         return None;
     }
-    let actors = DocumentOps::read(&save).ok()?.actors;
-    let ends: Vec<(u64, ActorId)> = ends
-        .iter()
-        .map(|(counter, actor)| Some((*counter, actors.get(*actor)?.clone())))
-        .collect::<Option<_>>()?;
     let unchecked = load_saved(&save, Automerge::load_unverified_heads).ok()?;
     // In dependency order, so that a change's dependencies are decided before it.
     let changes = no_panic(|| unchecked.get_changes(&[])).ok()?;
