@@ -217,7 +217,15 @@ impl Author {
             }
             ClientWrite::ListDelete => {
                 let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
-                doc.delete(&items, doc.length(&items) / 2).unwrap();
+                // A quick run on the small fixtures deletes more items than the list holds:
+                // the last one is kept for the moves, and its field set instead.
+                match doc.length(&items) {
+                    len if len > 1 => doc.delete(&items, len / 2).unwrap(),
+                    _ => {
+                        let item = doc.get(&items, 0).unwrap().expect("an item is kept").1;
+                        doc.put(&item, "done", format!("kept {n}")).unwrap();
+                    }
+                }
             }
             ClientWrite::ListMove => {
                 let items = doc.get(ROOT, "items").unwrap().expect("a list fixture").1;
