@@ -90,7 +90,7 @@ for (const [kind, alter] of Object.entries(alterations)) {
     }
     if (!error) throw new Error(`${kind} via ${entry}: accepted`);
     if (error.code !== "22P03") throw new Error(`${kind} via ${entry}: ${error.code} ${error.message}`);
-    if (!/mark order|not inserted into a sequence/.test(error.detail ?? "")) {
+    if (!/mark order|not inserted into a text/.test(error.detail ?? "")) {
       throw new Error(`${kind} via ${entry}: the DETAIL names no rule: ${error.detail}`);
     }
     refused += 1;

@@ -89,12 +89,13 @@ kind_tests! {
     mark_end_before_begin: MarkEndBeforeBegin,
     mark_end_at_head: MarkEndAtHead,
     mark_on_map: MarkOnMap,
+    mark_on_list: MarkOnList,
 }
 
 #[test]
 fn every_kind_has_a_test() {
     // The macro above lists each kind once; a new kind must be added there.
-    assert_eq!(Wrong::ALL.len(), 23);
+    assert_eq!(Wrong::ALL.len(), 24);
 }
 
 /// Issue 35: each mark kind is refused through every entry point, as invalid binary with
@@ -132,7 +133,7 @@ fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
                 assert_eq!(err.kind(), ErrorKind::InvalidBinary, "{kind:?} via {entry:?}: {err}");
                 let detail = err.detail().unwrap_or_default();
                 let rule = match kind {
-                    Wrong::MarkOnMap => "a mark that is not inserted into a sequence",
+                    Wrong::MarkOnMap => "a mark that is not inserted into a text",
                     _ => "breaks the mark order of a save",
                 };
                 assert!(
@@ -140,6 +141,35 @@ fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
                     "{kind:?} via {entry:?}: the DETAIL names another rule: {detail}"
                 );
             }
+        }
+    }
+}
+
+/// A mark inserted into a list, which no client's `mark` makes: the crate applies it, and
+/// every entry point refuses it as invalid binary naming the rule (marks belong to texts),
+/// on the client document and on one after a few honest edits.
+#[test]
+fn a_mark_in_a_list_is_refused_through_every_entry_point() {
+    for edits in [0u32, 5] {
+        let mut doc = client_document(1);
+        for round in 0..edits {
+            honest_edit(&mut doc, &mut Choices::new(&round.to_le_bytes()));
+        }
+        let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
+        let bytes = wrong_change(&mut doc, Wrong::MarkOnList, &mut Choices::new(&[1, 2, 3]))
+            .expect("the client document has a list");
+        let mut applied = Automerge::load(&doc.save()).unwrap();
+        applied.load_incremental(&bytes).expect("the crate applies a mark in a list");
+        for entry in Entry::ALL {
+            let err = support::write(entry, &server, &bytes)
+                .map(|_| ())
+                .expect_err(&format!("a mark in a list via {entry:?} was accepted"));
+            assert_eq!(err.kind(), ErrorKind::InvalidBinary, "via {entry:?}: {err}");
+            let detail = err.detail().unwrap_or_default();
+            assert!(
+                detail.contains("a mark that is not inserted into a text"),
+                "via {entry:?}: the DETAIL names another rule: {detail}"
+            );
         }
     }
 }

@@ -139,8 +139,7 @@ mod tests {
                 assert_eq!(raised.sqlstate, "22P03", "{kind:?}: {write:.60}");
                 let detail = raised.detail.unwrap_or_default();
                 assert!(
-                    detail.contains("mark order")
-                        || detail.contains("not inserted into a sequence"),
+                    detail.contains("mark order") || detail.contains("not inserted into a text"),
                     "{kind:?}: {detail}"
                 );
             }
