@@ -98,22 +98,45 @@ fn every_kind_has_a_test() {
     assert_eq!(Wrong::ALL.len(), 24);
 }
 
+/// The client document after `edits` honest edits, what a server holds of it, and a change
+/// of `kind` crafted on it.
+fn held_and_crafted(kind: Wrong, edits: u32) -> (AutoCommit, Vec<u8>, Vec<u8>) {
+    let mut doc = client_document(1);
+    for round in 0..edits {
+        honest_edit(&mut doc, &mut Choices::new(&round.to_le_bytes()));
+    }
+    let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
+    let bytes = wrong_change(&mut doc, kind, &mut Choices::new(&[1, 2, 3]))
+        .unwrap_or_else(|| panic!("{kind:?} is made"));
+    (doc, server, bytes)
+}
+
+/// `bytes` refused through every entry point as invalid binary, the DETAIL naming `rule`.
+#[track_caller]
+fn refused_everywhere_naming(kind: Wrong, server: &[u8], bytes: &[u8], rule: &str) {
+    for entry in Entry::ALL {
+        let err = support::write(entry, server, bytes)
+            .map(|_| ())
+            .expect_err(&format!("{kind:?} via {entry:?} was accepted"));
+        assert_eq!(err.kind(), ErrorKind::InvalidBinary, "{kind:?} via {entry:?}: {err}");
+        let detail = err.detail().unwrap_or_default();
+        assert!(
+            detail.contains(rule),
+            "{kind:?} via {entry:?}: the DETAIL names another rule: {detail}"
+        );
+    }
+}
+
 /// Issue 35: each mark kind is refused through every entry point, as invalid binary with
 /// its rule named in the DETAIL (the mark order; for a mark on a map, marks belong to
-/// sequences), on a document made by the crate as the JS client
-/// makes it and on one after a few honest edits; and Automerge itself applies each (so
-/// only our check stands between it and a value whose next save does not load).
+/// texts), on a document made by the crate as the JS client makes it and on one after a
+/// few honest edits; and Automerge itself applies each (so only our check stands between
+/// it and a value whose next save does not load).
 #[test]
 fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
     for kind in Wrong::MARKS {
         for edits in [0u32, 5] {
-            let mut doc = client_document(1);
-            for round in 0..edits {
-                honest_edit(&mut doc, &mut Choices::new(&round.to_le_bytes()));
-            }
-            let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
-            let bytes = wrong_change(&mut doc, kind, &mut Choices::new(&[1, 2, 3]))
-                .unwrap_or_else(|| panic!("{kind:?} is made"));
+            let (mut doc, server, bytes) = held_and_crafted(kind, edits);
             // In a debug build the crate's own op-order assertion may stop the apply.
             let before = doc.save();
             let saved_after_apply = std::panic::catch_unwind(|| {
@@ -126,21 +149,11 @@ fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
             } else {
                 eprintln!("{kind:?}: the crate's debug assertions stop its apply");
             }
-            for entry in Entry::ALL {
-                let err = support::write(entry, &server, &bytes)
-                    .map(|_| ())
-                    .expect_err(&format!("{kind:?} via {entry:?} was accepted"));
-                assert_eq!(err.kind(), ErrorKind::InvalidBinary, "{kind:?} via {entry:?}: {err}");
-                let detail = err.detail().unwrap_or_default();
-                let rule = match kind {
-                    Wrong::MarkOnMap => "a mark that is not inserted into a text",
-                    _ => "breaks the mark order of a save",
-                };
-                assert!(
-                    detail.contains(rule),
-                    "{kind:?} via {entry:?}: the DETAIL names another rule: {detail}"
-                );
-            }
+            let rule = match kind {
+                Wrong::MarkOnMap => "a mark that is not inserted into a text",
+                _ => "breaks the mark order of a save",
+            };
+            refused_everywhere_naming(kind, &server, &bytes, rule);
         }
     }
 }
@@ -151,26 +164,11 @@ fn mark_kinds_are_refused_through_every_entry_point_naming_the_mark_order() {
 #[test]
 fn a_mark_in_a_list_is_refused_through_every_entry_point() {
     for edits in [0u32, 5] {
-        let mut doc = client_document(1);
-        for round in 0..edits {
-            honest_edit(&mut doc, &mut Choices::new(&round.to_le_bytes()));
-        }
-        let server = stored_from_client_bytes(&doc.save(), FAST).unwrap();
-        let bytes = wrong_change(&mut doc, Wrong::MarkOnList, &mut Choices::new(&[1, 2, 3]))
-            .expect("the client document has a list");
+        let (mut doc, server, bytes) = held_and_crafted(Wrong::MarkOnList, edits);
         let mut applied = Automerge::load(&doc.save()).unwrap();
         applied.load_incremental(&bytes).expect("the crate applies a mark in a list");
-        for entry in Entry::ALL {
-            let err = support::write(entry, &server, &bytes)
-                .map(|_| ())
-                .expect_err(&format!("a mark in a list via {entry:?} was accepted"));
-            assert_eq!(err.kind(), ErrorKind::InvalidBinary, "via {entry:?}: {err}");
-            let detail = err.detail().unwrap_or_default();
-            assert!(
-                detail.contains("a mark that is not inserted into a text"),
-                "via {entry:?}: the DETAIL names another rule: {detail}"
-            );
-        }
+        let rule = "a mark that is not inserted into a text";
+        refused_everywhere_naming(Wrong::MarkOnList, &server, &bytes, rule);
     }
 }
 
