@@ -1,6 +1,6 @@
 //! What a client pays to load what pg_automerge returns as changes are appended: the bytes
 //! a read hands out (`doc::bytea`, the last save followed by the changes appended since,
-//! as `document::client_bytes` gives them) after 0, 1, 4, 16 and `append_limit` appended
+//! as `format::client_bytes` gives them) after 0, 1, 4, 16 and `append_limit` appended
 //! writes of the kinds a JS client sends, and once the background compactor has folded the
 //! last of those into a new save, loaded by `@automerge/automerge` 3 and by the automerge
 //! crate.
@@ -20,7 +20,7 @@ use benches::{
 };
 use criterion::BenchmarkId;
 use pg_automerge_core::compaction::Compacted;
-use pg_automerge_core::document::{self, WriteSettings, DEFAULT_APPEND_LIMIT};
+use pg_automerge_core::settings::{WriteSettings, DEFAULT_APPEND_LIMIT};
 use pg_automerge_core::{format, writes};
 
 /// How many appended changes each measured value has.
@@ -101,7 +101,7 @@ fn file_name(fixture: &Fixture, returned: Returned) -> String {
 /// else.
 fn write_returned_bytes(dir: &Path, fixture: &Fixture) {
     let settings = WriteSettings::UNLIMITED;
-    let mut stored = document::stored_from_client_bytes(&fixture.save, settings).unwrap();
+    let mut stored = writes::stored_from_client_bytes(&fixture.save, settings).unwrap();
     let mut author = Author::new(&fixture.save);
     let mut writes =
         ClientWrite::ALL.into_iter().filter(|w| w.applies_to(fixture.spec.kind)).cycle();
@@ -113,13 +113,13 @@ fn write_returned_bytes(dir: &Path, fixture: &Fixture) {
         let kept = format::decode(&stored).unwrap().kept.expect("a current value keeps its header");
         assert_eq!(kept.appended_changes, appended, "{}: a write loaded", fixture.name());
         if APPENDED.contains(&appended) {
-            let returned = document::client_bytes(&stored).unwrap();
+            let returned = format::client_bytes(&stored).unwrap();
             std::fs::write(dir.join(file_name(fixture, Some(appended))), returned).unwrap();
         }
     }
     let compacted = Compacted::of(&stored, settings).unwrap().expect("changes to compact");
     let compacted = compacted.onto(&stored).unwrap().expect("no write came since");
-    let returned = document::client_bytes(&compacted).unwrap();
+    let returned = format::client_bytes(&compacted).unwrap();
     std::fs::write(dir.join(file_name(fixture, None)), returned).unwrap();
 }
 

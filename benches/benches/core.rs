@@ -8,12 +8,13 @@ use benches::{
 };
 use criterion::{BenchmarkId, Criterion};
 use fixtures::generated::Kind;
-use pg_automerge_core::document::{
-    load_stored, stored_from_client_bytes, to_stored, WriteSettings,
-};
+use pg_automerge_core::load::load_stored;
 use pg_automerge_core::memory::CountingAllocator;
+use pg_automerge_core::save::to_stored;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::{
-    conflicts, diff, history, html, integrity, json, markdown, spans, writes, Error,
+    conflicts, diff, format, history, html, integrity, json, markdown, spans, writes, Error,
 };
 
 #[global_allocator]
@@ -66,7 +67,7 @@ fn benches(c: &mut Criterion) {
         "load",
         &all,
         |f| (stored(f), f.save.clone()),
-        |(stored, _)| Box::new(load_stored(stored).unwrap()),
+        |(stored, _)| Box::new(load_stored(&format::decode(stored).unwrap()).unwrap()),
         |(_, save)| Box::new(Automerge::load(save).unwrap()),
     );
     compare(
@@ -76,7 +77,11 @@ fn benches(c: &mut Criterion) {
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
             Box::new(
-                load_stored(stored).unwrap().get(ROOT, "title").unwrap().map(|v| v.0.to_string()),
+                load_stored(&format::decode(stored).unwrap())
+                    .unwrap()
+                    .get(ROOT, "title")
+                    .unwrap()
+                    .map(|v| v.0.to_string()),
             )
         },
         |(_, save)| {
@@ -90,7 +95,12 @@ fn benches(c: &mut Criterion) {
         "to jsonb",
         &histories,
         |f| (stored(f), f.save.clone()),
-        |(stored, _)| Box::new(json::document(&load_stored(stored).unwrap(), None).unwrap()),
+        |(stored, _)| {
+            Box::new(
+                json::document(&load_stored(&format::decode(stored).unwrap()).unwrap(), None)
+                    .unwrap(),
+            )
+        },
         |(_, save)| {
             let doc = Automerge::load(save).unwrap();
             Box::new(serde_json::to_value(automerge::AutoSerde::from(&doc)).unwrap())
@@ -110,7 +120,11 @@ fn benches(c: &mut Criterion) {
         &histories,
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
-            Box::new(history::changes(&load_stored(stored).unwrap(), None).unwrap().len())
+            Box::new(
+                history::changes(&load_stored(&format::decode(stored).unwrap()).unwrap(), None)
+                    .unwrap()
+                    .len(),
+            )
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes(&[]).len()),
     );
@@ -130,7 +144,14 @@ fn benches(c: &mut Criterion) {
         &histories,
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
-            Box::new(history::changes_meta(&load_stored(stored).unwrap(), None).unwrap().len())
+            Box::new(
+                history::changes_meta(
+                    &load_stored(&format::decode(stored).unwrap()).unwrap(),
+                    None,
+                )
+                .unwrap()
+                .len(),
+            )
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes_meta(&[]).len()),
     );
@@ -139,7 +160,12 @@ fn benches(c: &mut Criterion) {
         "get change",
         &histories,
         middle,
-        |(stored, _, hash)| Box::new(history::change(&load_stored(stored).unwrap(), hash).unwrap()),
+        |(stored, _, hash)| {
+            Box::new(
+                history::change(&load_stored(&format::decode(stored).unwrap()).unwrap(), hash)
+                    .unwrap(),
+            )
+        },
         |(_, save, hash)| Box::new(Automerge::load(save).unwrap().get_change_by_hash(hash)),
     );
     compare(
@@ -160,7 +186,7 @@ fn benches(c: &mut Criterion) {
         &histories,
         middle,
         |(stored, _, hash)| {
-            let doc = diff::load_stored_for_diff(stored).unwrap();
+            let doc = diff::load_stored_for_diff(&format::decode(stored).unwrap()).unwrap();
             Box::new(diff::diff(&doc, &[*hash], None).unwrap())
         },
         |(_, save, hash)| {
@@ -175,7 +201,11 @@ fn benches(c: &mut Criterion) {
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
             Box::new(
-                conflicts::conflicts(&load_stored(stored).unwrap(), &["title".into()]).unwrap(),
+                conflicts::conflicts(
+                    &load_stored(&format::decode(stored).unwrap()).unwrap(),
+                    &["title".into()],
+                )
+                .unwrap(),
             )
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_all(ROOT, "title").unwrap().len()),
@@ -187,7 +217,12 @@ fn benches(c: &mut Criterion) {
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
             Box::new(
-                spans::spans(&load_stored(stored).unwrap(), &["content".into()], None).unwrap(),
+                spans::spans(
+                    &load_stored(&format::decode(stored).unwrap()).unwrap(),
+                    &["content".into()],
+                    None,
+                )
+                .unwrap(),
             )
         },
         |(_, save)| {
@@ -205,7 +240,14 @@ fn benches(c: &mut Criterion) {
             &only(&histories, |f| f.spec.kind != Kind::MapList),
             |f| (stored(f), f.save.clone()),
             |(stored, _)| {
-                Box::new(render(&load_stored(stored).unwrap(), &["content".into()], None).unwrap())
+                Box::new(
+                    render(
+                        &load_stored(&format::decode(stored).unwrap()).unwrap(),
+                        &["content".into()],
+                        None,
+                    )
+                    .unwrap(),
+                )
             },
             |(_, save)| {
                 let doc = Automerge::load(save).unwrap();

@@ -14,7 +14,7 @@ use automerge::{AutoCommit, ExpandedChange};
 use fixtures::wrong_changes::{
     alter, client_document, honest_change, honest_edit, AlterationContext, Choices,
 };
-use pg_automerge_core::document::stored_from_client_bytes;
+use pg_automerge_core::writes::stored_from_client_bytes;
 
 use crate::targets::Failure;
 use crate::wrong_writes::{checked_write, Entry};

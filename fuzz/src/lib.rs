@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pg_automerge_core::document::{stored_from_client_bytes, WriteSettings};
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
 
 use crate::mutate::Rng;
 use crate::targets::Failure;

@@ -5,8 +5,9 @@
 use std::panic::{self, AssertUnwindSafe};
 
 use automerge::{Automerge, ChangeHash, ObjId, ObjType, ReadDoc, ValueRef, ROOT};
-use pg_automerge_core::document::{self, LoadLimit, WriteSettings};
 use pg_automerge_core::estimate::{estimate_client_bytes, estimate_stored, LoadEstimate};
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::settings::{LoadLimit, WriteSettings};
 use pg_automerge_core::{format, heads, history, json, memory, spans, text_form, writes, Error};
 
 /// The write settings (and load limit) the fuzzer runs under: low enough that what it lets through loads in
@@ -156,8 +157,8 @@ pub fn run(input: &[u8], base: &[u8]) -> Report {
     let estimate = report.call("estimate::estimate_client_bytes", || estimate_client_bytes(input));
     report.reached_load = within_limit(&estimate);
     let stored = estimate.and_then(|estimate| {
-        report.measured("document::stored_from_client_bytes", estimate.peak_bytes(), || {
-            document::stored_from_client_bytes(input, LOAD_LIMIT)
+        report.measured("writes::stored_from_client_bytes", estimate.peak_bytes(), || {
+            writes::stored_from_client_bytes(input, LOAD_LIMIT)
         })
     });
     if let Some(stored) = &stored {
@@ -197,10 +198,9 @@ fn within_limit(estimate: &Option<LoadEstimate>) -> bool {
 /// Every read of a stored value: JSON, changes, catch-up bytes and spans, now and as of
 /// some of its changes.
 fn reads(report: &mut Report, stored: &[u8]) {
-    report.call("document::client_bytes", || document::client_bytes(stored).map(drop));
-    let Some(doc) = report.call("document::load_stored", || document::load_stored(stored)) else {
-        return;
-    };
+    report.call("format::client_bytes", || format::client_bytes(stored).map(drop));
+    let Some(value) = report.call("format::decode", || format::decode(stored)) else { return };
+    let Some(doc) = report.call("load::load_stored", || load_stored(&value)) else { return };
     report.call("json::document", || json::document(&doc, None));
     let Some(changes) = report.call("history::changes", || history::changes(&doc, None)) else {
         return;

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use pg_automerge_core::document::{stored_from_client_bytes, WriteSettings};
 use pg_automerge_core::memory::CountingAllocator;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::ErrorKind;
 
 #[global_allocator]

@@ -1,5 +1,6 @@
 //! The repository's conventions, as tests (`cargo test -p xtask`, run by `cargo xtask test`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -70,6 +71,63 @@ fn every_sql_function_is_documented() {
     let undocumented: Vec<&String> =
         functions.iter().filter(|f| !reference.contains(&format!("`{f}"))).collect();
     assert!(undocumented.is_empty(), "not in docs/sql-reference.md: {undocumented:?}");
+}
+
+/// The architecture page's table of SQL functions is the code's: every SQL function is a
+/// row, the adapter file it names defines it, and each core function it names (as
+/// `module::function` or `module::Type::method`) is a `fn` of that core module.
+#[test]
+fn every_sql_function_is_in_the_architecture_table() {
+    let architecture = read("docs/architecture.md");
+    let table = architecture
+        .split("## Every SQL function")
+        .nth(1)
+        .expect("docs/architecture.md has no section \"Every SQL function\"");
+    let table = table.split("\n## ").next().unwrap_or(table);
+    let mut rows = BTreeMap::new();
+    for line in table.lines().filter(|line| line.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [_, function, file, core, ..] = cells[..] else { panic!("a short row: {line}") };
+        rows.insert(function.trim_matches('`').to_string(), (file.trim_matches('`'), core));
+    }
+    let functions = sql_functions();
+    let missing: Vec<&String> = functions.iter().filter(|f| !rows.contains_key(*f)).collect();
+    assert!(
+        missing.is_empty(),
+        "SQL functions missing from docs/architecture.md's table: {missing:?}"
+    );
+    for (function, (file, core)) in &rows {
+        assert!(
+            functions.contains(function),
+            "docs/architecture.md names no SQL function {function}"
+        );
+        let adapter = read(format!("extension/pg_automerge/src/{file}"));
+        assert!(
+            adapter.contains(&format!("name = \"{function}\"")) || defines_fn(&adapter, function),
+            "docs/architecture.md: {file} does not define {function}"
+        );
+        for path in core.split('`').skip(1).step_by(2).filter(|path| path.contains("::")) {
+            let (module, name) =
+                (path.split("::").next().unwrap(), path.rsplit("::").next().unwrap());
+            let sources = [format!("{module}.rs"), format!("{module}/mod.rs")]
+                .into_iter()
+                .map(|file| project_root().join("extension/core/src").join(file))
+                .find(|file| file.exists())
+                .unwrap_or_else(|| {
+                    panic!("docs/architecture.md: the core has no module {module} ({function})")
+                });
+            let text = fs::read_to_string(sources).unwrap();
+            assert!(
+                defines_fn(&text, name),
+                "docs/architecture.md: the core's {module} has no fn {name} ({function})"
+            );
+        }
+    }
+}
+
+/// Whether the Rust source `text` defines a function `name` (generic or not).
+fn defines_fn(text: &str, name: &str) -> bool {
+    text.contains(&format!("fn {name}(")) || text.contains(&format!("fn {name}<"))
 }
 
 #[test]
@@ -239,39 +297,76 @@ fn every_long_source_file_has_a_reason() {
     }
 }
 
-/// xtask's modules import one another without a loop, and `util` and `flags` are leaves
-/// that every verb can import: a module's imports are the `crate::<module>` paths in its
-/// files (`bench/` counts as one module).
-#[test]
-fn xtask_modules_import_without_a_loop() {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    let src = project_root().join("xtask/src");
+/// The modules of the crate whose sources are in `dir` and the modules of it that each
+/// imports: the `crate::<module>` paths (also inside `crate::{…}`) in its files, outside
+/// comments and its tests (`tests.rs`, and what follows a `#[cfg(test)]` before a `mod`).
+/// A directory module (`bench/`, `writes/`) counts as one.
+fn module_imports(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = project_root().join(dir);
     let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files_below("xtask/src", ".rs") {
+    for file in files_below(dir, ".rs") {
         let relative = file.strip_prefix(&src).unwrap();
         let module =
             relative.iter().next().unwrap().to_string_lossy().trim_end_matches(".rs").to_string();
+        if file.ends_with("tests.rs") || module == "main" || module == "lib" {
+            continue;
+        }
         let text = fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let tests_start = lines
+            .windows(2)
+            .position(|pair| pair[0] == "#[cfg(test)]" && pair[1].contains("mod "))
+            .unwrap_or(lines.len());
+        let code: String = lines[..tests_start]
+            .iter()
+            .filter(|line| !line.starts_with("//"))
+            .map(|line| format!("{line}\n"))
+            .collect();
         let entry = imports.entry(module.clone()).or_default();
-        for (at, _) in text.match_indices("crate::") {
-            let name: String = text[at + "crate::".len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if name != module && name != "project_root" && !name.is_empty() {
-                entry.insert(name);
+        for (at, _) in code.match_indices("crate::") {
+            for name in imported_modules(&code[at + "crate::".len()..]) {
+                if name != module {
+                    entry.insert(name);
+                }
             }
         }
     }
-    for leaf in ["util", "flags"] {
-        let allowed: &[&str] = if leaf == "flags" { &["postgres"] } else { &[] };
-        let extra: Vec<_> =
-            imports[leaf].iter().filter(|name| !allowed.contains(&name.as_str())).collect();
-        assert!(extra.is_empty(), "xtask's `{leaf}` must stay a leaf, but imports {extra:?}");
+    let modules: BTreeSet<String> = imports.keys().cloned().collect();
+    for imported in imports.values_mut() {
+        imported.retain(|name| modules.contains(name));
     }
+    imports
+}
+
+/// The first segment of the path that `rest` (the text after a `crate::`) starts with, or
+/// of each path in the `{…}` group it starts with.
+fn imported_modules(rest: &str) -> Vec<String> {
+    let identifier = |text: &str| -> String {
+        text.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+    };
+    let Some(group) = rest.strip_prefix('{') else { return vec![identifier(rest)] };
+    let (mut names, mut depth, mut at_start) = (Vec::new(), 0usize, true);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => at_start = true,
+            c if at_start && !c.is_whitespace() => {
+                names.push(identifier(&group[at..]));
+                at_start = false;
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// Panics naming the loop when a module of `imports` is reachable from itself.
+fn assert_no_import_loop(crate_name: &str, imports: &BTreeMap<String, BTreeSet<String>>) {
     // Depth-first search for a module reachable from itself.
     fn visit(
+        crate_name: &str,
         module: &str,
         imports: &BTreeMap<String, BTreeSet<String>>,
         path: &mut Vec<String>,
@@ -279,7 +374,7 @@ fn xtask_modules_import_without_a_loop() {
     ) {
         if let Some(at) = path.iter().position(|m| m == module) {
             panic!(
-                "xtask's modules import in a loop: {}",
+                "{crate_name}'s modules import in a loop: {}",
                 path[at..].join(" -> ") + " -> " + module
             );
         }
@@ -288,15 +383,73 @@ fn xtask_modules_import_without_a_loop() {
         }
         path.push(module.to_string());
         for next in imports.get(module).into_iter().flatten() {
-            visit(next, imports, path, done);
+            visit(crate_name, next, imports, path, done);
         }
         path.pop();
     }
     let mut done = BTreeSet::new();
     for module in imports.keys() {
-        visit(module, &imports, &mut Vec::new(), &mut done);
+        visit(crate_name, module, imports, &mut Vec::new(), &mut done);
     }
 }
+
+/// xtask's modules import one another without a loop, and `util` and `flags` are leaves
+/// that every verb can import.
+#[test]
+fn xtask_modules_import_without_a_loop() {
+    let imports = module_imports("xtask/src");
+    for leaf in ["util", "flags"] {
+        let allowed: &[&str] = if leaf == "flags" { &["postgres"] } else { &[] };
+        let extra: Vec<_> =
+            imports[leaf].iter().filter(|name| !allowed.contains(&name.as_str())).collect();
+        assert!(extra.is_empty(), "xtask's `{leaf}` must stay a leaf, but imports {extra:?}");
+    }
+    assert_no_import_loop("xtask", &imports);
+}
+
+/// The core's modules import one another without a loop, and its layers (framing, the
+/// stored value, load and apply, the write paths, compaction: see docs/architecture.md)
+/// import only downwards: no module of a layer reaches, through any chain of imports, a
+/// module of a layer above it.
+#[test]
+fn core_modules_import_without_a_loop_and_by_layer() {
+    let imports = module_imports("extension/core/src");
+    assert_no_import_loop("the core", &imports);
+    let reached_from = |module: &str| {
+        let mut reached = BTreeSet::new();
+        let mut next = vec![module.to_string()];
+        while let Some(module) = next.pop() {
+            for imported in imports.get(&module).into_iter().flatten() {
+                if reached.insert(imported.clone()) {
+                    next.push(imported.clone());
+                }
+            }
+        }
+        reached
+    };
+    for (at, layer) in CORE_LAYERS.iter().enumerate() {
+        for module in *layer {
+            assert!(imports.contains_key(*module), "the core has no module `{module}`");
+            let reached = reached_from(module);
+            for above in CORE_LAYERS[at + 1..].iter().flat_map(|layer| layer.iter()) {
+                assert!(
+                    !reached.contains(*above),
+                    "the core's `{module}` imports `{above}` (maybe through others), a \
+                     module of a layer above it"
+                );
+            }
+        }
+    }
+}
+
+/// The core's write lifecycle, lowest layer first, as docs/architecture.md names it.
+const CORE_LAYERS: &[&[&str]] = &[
+    &["chunk", "leb128"],
+    &["format", "kept_json", "settings"],
+    &["load", "save"],
+    &["writes"],
+    &["compaction"],
+];
 
 /// The reliability tests run only on the clusters that xtask provisions: each is
 /// `#[ignore]`d, so that a plain `cargo test` (the snapshots step's) leaves it out, and the

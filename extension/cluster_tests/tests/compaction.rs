@@ -163,8 +163,9 @@ async fn a_table_without_a_primary_key_is_left_alone() {
 #[tokio::test]
 async fn a_value_no_save_of_which_loads_is_left_warned_about_and_counted() {
     use fixtures::wrong_changes::{client_document, wrong_change, Choices, Wrong};
-    use pg_automerge_core::document::{client_bytes, stored_from_client_bytes, WriteSettings};
-    use pg_automerge_core::format::{self, Kept, Summary};
+    use pg_automerge_core::format::{self, client_bytes, Kept, Summary};
+    use pg_automerge_core::settings::WriteSettings;
+    use pg_automerge_core::writes::stored_from_client_bytes;
 
     let client = connect_to(COMPACTOR_DATABASE).await;
     let table = "compacted_marks_0_5_0";

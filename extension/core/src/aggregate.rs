@@ -6,11 +6,12 @@
 
 use automerge::{Automerge, ReadDoc};
 
-use crate::document::{load_client_bytes, load_stored, LoadLimit};
 use crate::estimate::{
     estimate_applied, estimate_client_bytes, estimate_stored, sum, LoadEstimate,
 };
-use crate::{format, writes, Error};
+use crate::load::{load_client_bytes, load_stored, merge_into};
+use crate::settings::LoadLimit;
+use crate::{format, Error};
 
 /// The merged document and what loading it is estimated to take.
 #[derive(Debug, Clone)]
@@ -35,7 +36,7 @@ impl MergeState {
         let value = format::decode(stored)?;
         let estimate = estimate_stored(&value.summary, value.payload);
         limit.check(&estimate)?;
-        Ok(MergeState { doc: load_stored(stored)?, ops: value.summary.op_count, estimate })
+        Ok(MergeState { doc: load_stored(&value)?, ops: value.summary.op_count, estimate })
     }
 
     /// The state of a document loaded from saved bytes (a parallel worker's state), within
@@ -61,7 +62,7 @@ impl MergeState {
         }
         let incoming = estimate_stored(&value.summary, value.payload);
         limit.check(&sum(&[self.estimate, incoming, estimate_applied(&incoming)]))?;
-        let mut other = load_stored(stored)?;
+        let mut other = load_stored(&value)?;
         self.merge(&mut other, value.summary.op_count, incoming)
     }
 
@@ -78,7 +79,7 @@ impl MergeState {
         ops: u64,
         incoming: LoadEstimate,
     ) -> Result<(), Error> {
-        writes::merge_into(&mut self.doc, other)?;
+        merge_into(&mut self.doc, other)?;
         let merged = self.doc.stats().num_ops;
         let new_ops = merged.saturating_sub(self.ops).min(ops);
         let share = |n: u64| (u128::from(n) * u128::from(new_ops) / u128::from(ops.max(1))) as u64;
@@ -98,7 +99,8 @@ impl MergeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::{to_stored, LoadLimit, WriteSettings};
+    use crate::save::to_stored;
+    use crate::settings::{LoadLimit, WriteSettings};
     use automerge::transaction::{CommitOptions, Transactable};
     use automerge::{ActorId, AutoCommit, ROOT};
 
@@ -146,6 +148,6 @@ mod tests {
 
     fn fork_saved(actor: u8) -> Vec<u8> {
         let stored = fork(actor, 50);
-        load_stored(&stored).unwrap().save()
+        load_stored(&format::decode(&stored).unwrap()).unwrap().save()
     }
 }

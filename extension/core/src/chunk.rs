@@ -3,14 +3,18 @@
 //! four-byte checksum (the start of the SHA-256 of the type, the uLEB128 length and the
 //! data), a type, the uLEB128 length of the data, then the data.
 //!
-//! The one home of that vocabulary: the estimate, the loaders, the writes and the repair
-//! split input with it here, and the fixtures (with them the fuzzer and the tests) build
-//! their chunks with these types.
+//! The one home of that vocabulary, the lowest layer of the core above its base: the
+//! estimate, the loaders, the writes and the repair split input with it here (a stored
+//! payload is a save, then any change chunks appended since), and the fixtures (with them
+//! the fuzzer and the tests) build their chunks with these types.
 
+use automerge::Change;
+
+use crate::guard::no_panic;
 use crate::{leb128, Error};
 
-/// The four bytes every chunk starts with (kept in `format`, which checks them first).
-pub use crate::format::AUTOMERGE_MAGIC;
+/// The four bytes every chunk starts with, which a stored payload must start with too.
+pub const AUTOMERGE_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
 
 /// A document: the whole history in columns.
 pub const DOCUMENT: u8 = 0;
@@ -86,4 +90,45 @@ pub fn framed(chunk_type: u8, data: &[u8]) -> Vec<u8> {
     leb128::write_uleb(&mut out, data.len() as u64);
     out.extend_from_slice(data);
     out
+}
+
+/// `bytes` split after a leading document chunk (a save), when they start with one: the
+/// save and what follows it.
+pub fn split_save(bytes: &[u8]) -> (&[u8], &[u8]) {
+    match chunks(bytes).next() {
+        Some(Ok((DOCUMENT, chunk))) => {
+            let end = chunk.as_ptr() as usize + chunk.len() - bytes.as_ptr() as usize;
+            bytes.split_at(end)
+        }
+        _ => (&[], bytes),
+    }
+}
+
+/// How many change chunks follow the document chunk that `bytes` start with, when that is
+/// all they hold: the shape of a save, and of a stored payload with changes appended.
+pub fn changes_after_a_save(bytes: &[u8]) -> Option<u32> {
+    let mut chunks = chunks(bytes);
+    if chunks.next()?.ok()?.0 != DOCUMENT {
+        return None;
+    }
+    chunks.try_fold(0u32, |changes, chunk| match chunk {
+        Ok((CHANGE | COMPRESSED_CHANGE, _)) => changes.checked_add(1),
+        _ => None,
+    })
+}
+
+/// The changes in `bytes`, when they are nothing but well-formed change chunks.
+pub fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
+    chunks(bytes).map(|chunk| parse_change(chunk.ok()?.1)).collect()
+}
+
+/// One change chunk (plain or compressed) parsed; `None` for any other chunk.
+pub fn parse_change(chunk: &[u8]) -> Option<Change> {
+    if !matches!(chunk.get(8), Some(&(CHANGE | COMPRESSED_CHANGE))) {
+        return None;
+    }
+    let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
+    // Parsing does not check the checksum (the first bytes of the change's hash, also for
+    // a compressed chunk); every load does, and refuses the whole payload.
+    (chunk.get(4..8)? == &change.hash().0[..4]).then_some(change)
 }

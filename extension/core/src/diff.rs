@@ -13,12 +13,14 @@ use automerge::{
 };
 use serde_json::{json, Map, Value as Json};
 
+use crate::format::StoredValue;
 use crate::guard::no_panic;
-use crate::{document, heads, json as to_json, Error};
+use crate::load::load_payload;
+use crate::{heads, json as to_json, Error};
 
 /// The stored document, loaded to count text positions as JS does.
-pub fn load_stored_for_diff(stored: &[u8]) -> Result<Automerge, Error> {
-    document::load_stored_with(stored, |bytes| {
+pub fn load_stored_for_diff(value: &StoredValue<'_>) -> Result<Automerge, Error> {
+    load_payload(value.payload, |bytes| {
         Automerge::load_with_options(
             bytes,
             LoadOptions::new().text_encoding(TextEncoding::Utf16CodeUnit),
@@ -161,7 +163,8 @@ mod tests {
     use automerge::transaction::Transactable;
     use automerge::{AutoCommit, ROOT};
 
-    use crate::document::{to_stored, WriteSettings};
+    use crate::save::to_stored;
+    use crate::settings::WriteSettings;
 
     /// The cases `examples/node-client/diff-fixtures.mjs` recorded from the JS library.
     fn js_cases() -> Vec<Json> {
@@ -182,8 +185,8 @@ mod tests {
         for case in cases {
             let save = hex::decode(case["save"].as_str().unwrap()).unwrap();
             let stored =
-                crate::document::stored_from_client_bytes(&save, WriteSettings::UNLIMITED).unwrap();
-            let doc = load_stored_for_diff(&stored).unwrap();
+                crate::writes::stored_from_client_bytes(&save, WriteSettings::UNLIMITED).unwrap();
+            let doc = load_stored_for_diff(&crate::format::decode(&stored).unwrap()).unwrap();
             let (from, to) = (hashes(&case["from"]), hashes(&case["to"]));
             let ours = diff(&doc, &from, Some(&to)).unwrap();
             assert_eq!(ours, case["patches"], "{}", case["name"]);
@@ -198,7 +201,7 @@ mod tests {
         let before = doc.get_heads();
         doc.splice_text(&text, 2, 0, "!").unwrap();
         let stored = to_stored(doc.document(), WriteSettings::UNLIMITED).unwrap();
-        let loaded = load_stored_for_diff(&stored).unwrap();
+        let loaded = load_stored_for_diff(&crate::format::decode(&stored).unwrap()).unwrap();
         let patches = diff(&loaded, &before, None).unwrap();
         // Two code points in, but four UTF-16 code units.
         assert_eq!(patches, json!([{"action": "splice", "path": ["text", 4], "value": "!"}]));

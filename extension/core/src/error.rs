@@ -18,7 +18,7 @@ pub enum Error {
     MissingDependenciesOnApply(Vec<ChangeHash>),
 
     #[error("the changes would store a document that Automerge cannot load again")]
-    BreaksLoadRule(crate::integrity::Broken),
+    BreaksLoadRule(crate::rules::Broken),
 
     #[error("the documents cannot be merged: {0}")]
     CannotMerge(String),

@@ -27,7 +27,7 @@ pub fn parse(texts: &[String]) -> Result<Vec<ChangeHash>, Error> {
 pub fn require_known(doc: &Automerge, heads: &[ChangeHash]) -> Result<(), Error> {
     let unknown: Vec<ChangeHash> = heads
         .iter()
-        .filter(|head| !crate::document::has_all(doc, std::slice::from_ref(head)))
+        .filter(|head| !crate::load::has_all(doc, std::slice::from_ref(head)))
         .copied()
         .collect();
     if unknown.is_empty() {

@@ -3,10 +3,12 @@
 
 use automerge::{Automerge, ChangeHash, ReadDoc};
 
-use crate::document::{self, LoadLimit};
-use crate::format::Prefix;
+use crate::chunk::parse_changes;
+use crate::format::{header_contains, Header, Prefix};
 use crate::guard::no_panic;
-use crate::{estimate, heads, writes, Error};
+use crate::load::{has_all, load_client_bytes, load_stored};
+use crate::settings::LoadLimit;
+use crate::{estimate, heads, Error};
 
 /// What a change says about itself, as `automerge_changes_meta` lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,7 +97,7 @@ pub fn contains_document<'a>(
     doc: &impl Prefix<'a>,
     other_heads: &[ChangeHash],
 ) -> Result<bool, Error> {
-    document::has_changes(doc, other_heads)
+    has_changes(doc, other_heads)
 }
 
 /// Whether applying the Automerge bytes `incoming` (changes, an incremental save, a save) to
@@ -107,14 +109,28 @@ pub fn contains_changes<'a>(
     incoming: &[u8],
     limit: LoadLimit,
 ) -> Result<bool, Error> {
-    let hashes = match writes::parse_changes(incoming) {
+    let hashes = match parse_changes(incoming) {
         Some(changes) => changes.iter().map(|change| change.hash()).collect(),
         None => {
             limit.check(&estimate::estimate_client_bytes(incoming)?)?;
-            document::load_client_bytes(incoming)?.get_heads()
+            load_client_bytes(incoming)?.get_heads()
         }
     };
-    document::has_changes(doc, &hashes)
+    has_changes(doc, &hashes)
+}
+
+/// Whether the document has every change in `hashes`, as a client asks before sending
+/// what it has: from the header and actor table when they answer (a client that is up to
+/// date, or that synced since its last write), which are all that is fetched then; else
+/// from a load.
+pub fn has_changes<'a>(value: &impl Prefix<'a>, hashes: &[ChangeHash]) -> Result<bool, Error> {
+    let header = Header::read(value)?;
+    let clock = header.clock(value.prefix(header.clock_end()))?;
+    if header_contains(&header.summary.heads, Some(&clock), hashes) {
+        return Ok(true);
+    }
+    let value = header.decode(value.prefix(usize::MAX))?;
+    Ok(has_all(&load_stored(&value)?, hashes))
 }
 
 /// The bytes a client that has `since` needs to catch up: the changes it lacks, as an
@@ -130,7 +146,9 @@ mod tests {
     use automerge::transaction::{CommitOptions, Transactable};
     use automerge::{ActorId, AutoCommit, ROOT};
 
-    use crate::document::{to_stored, WriteSettings};
+    use crate::save::to_stored;
+    use crate::settings::WriteSettings;
+    use crate::writes::stored_from_client_bytes;
 
     fn two_changes() -> (AutoCommit, Vec<ChangeHash>) {
         let mut doc = AutoCommit::new().with_actor(ActorId::from([9; 16]));
@@ -251,5 +269,24 @@ mod tests {
         let unknown = [ChangeHash([1; 32])];
         assert!(matches!(changes(doc.document(), Some(&unknown)), Err(Error::UnknownHeads(_))));
         assert!(matches!(catch_up(doc.document(), &unknown), Err(Error::UnknownHeads(_))));
+    }
+
+    #[test]
+    fn knows_its_changes_from_the_header_or_a_load() {
+        let mut doc = AutoCommit::new().with_actor(ActorId::from([1; 16]));
+        doc.put(ROOT, "a", 1_i64).unwrap();
+        let first = doc.get_heads();
+        doc.put(ROOT, "a", 2_i64).unwrap();
+        let second = doc.get_heads();
+        let mut other = AutoCommit::new();
+        other.put(ROOT, "b", 1_i64).unwrap();
+        let stored = stored_from_client_bytes(&doc.save(), WriteSettings::UNLIMITED).unwrap();
+        let value = crate::format::decode(&stored).unwrap();
+        assert!(value.contains(&second), "a head");
+        assert!(!value.contains(&first), "an older change: the header cannot tell");
+        let stored = &stored[..];
+        assert!(has_changes(&stored, &first).unwrap(), "a load can");
+        assert!(has_changes(&stored, &[]).unwrap());
+        assert!(!has_changes(&stored, &[second[0], other.get_heads()[0]]).unwrap());
     }
 }

@@ -10,11 +10,11 @@
 //! column first (a save with no mark operation is done there), then the rows in order.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use automerge::ActorId;
 
 use crate::doc_ops::{action, corrupt, DocumentOps, RawOpId};
+use crate::rules::Misplaced;
 use crate::Error;
 
 /// A mark end that the loader refuses, and why.
@@ -26,23 +26,6 @@ pub struct MisplacedMarkEnd {
     /// Its row: how many operations come before it in the save.
     pub row: usize,
     pub cause: Misplaced,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Misplaced {
-    /// No mark begin with the id before it comes earlier in document order.
-    BeginNotBefore,
-    /// Its begin is in another object.
-    BeginInOtherObject,
-}
-
-impl fmt::Display for Misplaced {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Misplaced::BeginNotBefore => write!(f, "its mark begin does not come before it"),
-            Misplaced::BeginInOtherObject => write!(f, "its mark begin is in another object"),
-        }
-    }
 }
 
 /// The first mark end of the save `save` that Automerge's loader refuses, if any.

@@ -9,23 +9,26 @@ use std::collections::BTreeMap;
 
 use automerge::{hydrate, ActorId, Automerge, ChangeHash, ScalarValue, TextEncoding};
 
-use crate::chunk::chunks;
+use crate::chunk::{chunks, split_save};
+use crate::compaction::verified;
 use crate::doc_rewrite;
-use crate::document::{self, load_saved, split_save, to_stored, WriteSettings};
 use crate::estimate::estimate_stored;
 use crate::guard::no_panic;
+use crate::load::{apply_to, load_saved, load_stored};
 use crate::mark_order;
-use crate::{format, json, kept_json, writes, Error};
+use crate::save::to_stored;
+use crate::settings::WriteSettings;
+use crate::{format, json, kept_json, Error};
 
 /// Whether a stored value keeps the invariant: its header decodes; its save loads and the
-/// changes appended after it pass the loader's rules (see [`document::load_stored`]); its
+/// changes appended after it pass the loader's rules (see [`load_stored`]); its
 /// header's heads and its kept JSON are the loaded document's; and a save of the loaded
 /// document loads again. Fails only when the check itself cannot run (the value's load is
 /// above the load limit).
 pub fn loads(stored: &[u8], settings: WriteSettings) -> Result<bool, Error> {
     let Ok(value) = format::decode(stored) else { return Ok(false) };
     settings.load_limit.check(&estimate_stored(&value.summary, value.payload))?;
-    let Ok(doc) = document::load_stored(stored) else { return Ok(false) };
+    let Ok(doc) = load_stored(&value) else { return Ok(false) };
     if doc.get_heads() != value.summary.heads {
         return Ok(false);
     }
@@ -92,12 +95,12 @@ pub fn repair(stored: &[u8], settings: WriteSettings) -> Result<Repaired, Error>
     for chunk in chunks(appended) {
         let Ok((_, chunk)) = chunk else { break };
         let mut attempt = no_panic(|| doc.fork()).map_err(Error::CorruptStoredValue)?;
-        match writes::apply_to(&mut attempt, chunk) {
+        match apply_to(&mut attempt, chunk) {
             Ok(()) => doc = attempt,
             Err(_) => dropped.extend(change_hash(chunk)),
         }
     }
-    Ok(Repaired { stored: document::verified(to_stored(&doc, settings)?)?, dropped, rebuilt })
+    Ok(Repaired { stored: verified(to_stored(&doc, settings)?)?, dropped, rebuilt })
 }
 
 /// How many misplaced mark ends a repair turns into mark begins before it gives up on a
@@ -228,8 +231,8 @@ fn change_hash(chunk: &[u8]) -> Option<ChangeHash> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::stored_from_client_bytes;
     use crate::format::Kept;
+    use crate::writes::stored_from_client_bytes;
     use automerge::legacy::Key;
     use automerge::transaction::Transactable;
     use automerge::{ActorId, AutoCommit, Change, ReadDoc, ROOT};
@@ -277,7 +280,7 @@ mod tests {
     fn saved_by_0_3_0(doc: &mut AutoCommit, change: &Change) -> Vec<u8> {
         let mut loaded = Automerge::load(&doc.save()).unwrap();
         loaded.apply_changes([change.clone()]).unwrap();
-        document::to_stored(&loaded, SETTINGS).unwrap()
+        to_stored(&loaded, SETTINGS).unwrap()
     }
 
     #[test]
@@ -294,7 +297,10 @@ mod tests {
         let change = predecessor_on_another_key(&mut doc);
         let stored = appended_by_0_3_0(&mut doc, &change);
         assert!(!loads(&stored, SETTINGS).unwrap());
-        assert!(document::load_stored(&stored).is_err(), "refused rather than re-saved");
+        assert!(
+            load_stored(&format::decode(&stored).unwrap()).is_err(),
+            "refused rather than re-saved"
+        );
         let repaired = repair(&stored, SETTINGS).unwrap();
         assert_eq!(repaired.dropped, vec![change.hash()]);
         assert_eq!(repaired.rebuilt, None);
@@ -309,12 +315,12 @@ mod tests {
         let change = predecessor_on_another_key(&mut doc);
         let stored = saved_by_0_3_0(&mut doc, &change);
         assert!(!loads(&stored, SETTINGS).unwrap());
-        let kept = kept_json::of(&stored, SETTINGS.json_codec).unwrap().unwrap();
+        let kept = crate::json_reads::kept(&stored, SETTINGS.json_codec).unwrap().unwrap();
         let repaired = repair(&stored, SETTINGS).unwrap();
         // Automerge cannot load this save even without checking its heads.
         assert_eq!(repaired.rebuilt, Some(Rebuilt::FromJson));
         assert!(loads(&repaired.stored, SETTINGS).unwrap());
-        let json = kept_json::of(&repaired.stored, SETTINGS.json_codec).unwrap().unwrap();
+        let json = crate::json_reads::kept(&repaired.stored, SETTINGS.json_codec).unwrap().unwrap();
         assert_eq!(json, kept);
     }
 
@@ -334,11 +340,12 @@ mod tests {
             let bytes = wrong_change(&mut doc, kind, &mut Choices::new(&[2])).unwrap();
             let change = Change::from_bytes(bytes).unwrap();
             let appended = appended_by_0_3_0(&mut doc, &change);
-            assert!(Automerge::load(document::client_bytes(&appended).unwrap()).is_ok());
+            assert!(Automerge::load(format::client_bytes(&appended).unwrap()).is_ok());
             assert!(!loads(&appended, SETTINGS).unwrap(), "{kind:?}");
             let compacted = Compacted::of(&appended, SETTINGS);
             assert!(compacted.is_err(), "{kind:?}: the compactor would store a save");
-            let err = document::compact(&appended, SETTINGS).unwrap_err();
+            let err = crate::compaction::compact(&format::decode(&appended).unwrap(), SETTINGS)
+                .unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::DataCorrupted, "{kind:?}: {err}");
             let repaired = repair(&appended, SETTINGS).unwrap();
             assert_eq!(repaired.dropped, vec![change.hash()], "{kind:?}");
@@ -346,8 +353,11 @@ mod tests {
             assert_eq!(format::decode(&repaired.stored).unwrap().summary.heads, doc.get_heads());
 
             let saved = saved_by_0_3_0(&mut doc, &change);
-            assert!(Automerge::load(document::client_bytes(&saved).unwrap()).is_err());
-            assert!(document::compact(&saved, SETTINGS).is_err(), "{kind:?}");
+            assert!(Automerge::load(format::client_bytes(&saved).unwrap()).is_err());
+            assert!(
+                crate::compaction::compact(&format::decode(&saved).unwrap(), SETTINGS).is_err(),
+                "{kind:?}"
+            );
             let repaired = repair(&saved, SETTINGS).unwrap();
             assert_eq!(repaired.dropped, vec![change.hash()], "{kind:?}: the change, by its hash");
             assert_eq!(repaired.rebuilt, None, "{kind:?}: the other changes as they were");

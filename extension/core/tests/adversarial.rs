@@ -9,10 +9,11 @@ use automerge::transaction::Transactable;
 use automerge::{
     ActorId, AutoCommit, Change, ChangeHash, ExpandedChange, ObjType, ScalarValue, ROOT,
 };
-use pg_automerge_core::document::{
-    load_stored, stored_from_client_bytes, to_stored, WriteSettings,
-};
-use pg_automerge_core::{format, json, kept_json, writes, Error, ErrorKind};
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::save::to_stored;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
+use pg_automerge_core::{format, json, json_reads, kept_json, writes, Error, ErrorKind};
 
 const FAST: WriteSettings = WriteSettings::UNLIMITED;
 const NAIVE: WriteSettings =
@@ -42,7 +43,7 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn kept_json(stored: &[u8]) -> Option<serde_json::Value> {
-    kept_json::of(stored, &kept_json::TextJson).unwrap()
+    json_reads::kept(stored, &kept_json::TextJson).unwrap()
 }
 
 /// A client that put `a` and stored the document, then put `key`: the client, the stored
@@ -59,8 +60,8 @@ fn stored_then_put(key: &str, value: i64) -> (AutoCommit, Vec<u8>, Change) {
 /// Heads and JSON of a stored value, from a load; checks that the header's heads and any
 /// kept JSON agree with the loaded document.
 fn state(stored: &[u8]) -> (Vec<ChangeHash>, serde_json::Value) {
-    let doc =
-        load_stored(stored).unwrap_or_else(|err| panic!("a written value does not load: {err}"));
+    let doc = load_stored(&format::decode(stored).unwrap())
+        .unwrap_or_else(|err| panic!("a written value does not load: {err}"));
     let loaded = json::document(&doc, None).unwrap();
     let value = format::decode(stored).unwrap();
     assert_eq!(value.summary.heads, doc.get_heads(), "header heads");
@@ -86,7 +87,9 @@ fn agree_with(stored: &[u8], changes: &[u8], fast: WriteSettings) -> Result<Vec<
         (Ok(f), Ok(n)) => assert_eq!(state(f), state(n)),
         (Err(f), Err(n)) => assert_eq!(f.kind(), n.kind(), "fast: {f}, naive: {n}"),
         (Ok(f), Err(n)) => {
-            let loads = load_stored(f).map(|_| "loads").unwrap_or_else(|_| "does NOT load");
+            let loads = load_stored(&format::decode(f).unwrap())
+                .map(|_| "loads")
+                .unwrap_or_else(|_| "does NOT load");
             panic!("the naive write fails ({n}), the fast one succeeds with a value that {loads}")
         }
         (Err(f), Ok(_)) => panic!("the fast write fails ({f}), the naive one succeeds"),
@@ -275,7 +278,11 @@ fn a_scalar_put_over_root_objects_text_and_counters_patches_the_json() {
     assert_eq!(appended(&stored), 4);
     assert_eq!(kept_json(&stored).unwrap()["count"], 7);
     // After a save, a counter put at the root, then a plain value over the counter.
-    stored = to_stored(&load_stored(&stored).unwrap(), WriteSettings::UNLIMITED).unwrap();
+    stored = to_stored(
+        &load_stored(&format::decode(&stored).unwrap()).unwrap(),
+        WriteSettings::UNLIMITED,
+    )
+    .unwrap();
     doc.put(ROOT, "fresh", ScalarValue::counter(3)).unwrap();
     stored = agree(&stored, last_change(&mut doc).raw_bytes()).unwrap();
     assert_eq!(kept_json(&stored).unwrap()["fresh"], 3);
@@ -448,7 +455,11 @@ fn appended_values_merged_compacted_and_appended_again() {
     assert_eq!(state(&writes::merge(&left, &start, FAST).unwrap()), state(&left));
     assert_eq!(writes::merge(&left, &left, FAST).unwrap(), left);
     // Compacted, then appended again by each client after syncing.
-    let mut stored = to_stored(&load_stored(&merged).unwrap(), WriteSettings::UNLIMITED).unwrap();
+    let mut stored = to_stored(
+        &load_stored(&format::decode(&merged).unwrap()).unwrap(),
+        WriteSettings::UNLIMITED,
+    )
+    .unwrap();
     a.merge(&mut b.clone()).unwrap();
     a.put(ROOT, "after", 1_i64).unwrap();
     stored = agree(&stored, last_change(&mut a).raw_bytes()).unwrap();

@@ -18,11 +18,10 @@ use fixtures::generated::{cached, generate, Kind, Scale, Spec};
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use pg_automerge_core::chunk::{AUTOMERGE_MAGIC, CHANGE, COMPRESSED_CHANGE, DOCUMENT};
-use pg_automerge_core::estimate::{
-    client_rows, estimate_client_bytes, Counts, LoadEstimate, DEFAULT_MAX_LOAD_MEMORY,
-};
+use pg_automerge_core::estimate::{client_rows, estimate_client_bytes, Counts, LoadEstimate};
 use pg_automerge_core::leb128::{write_sleb as sleb, write_uleb as uleb};
 use pg_automerge_core::memory::{self, CountingAllocator};
+use pg_automerge_core::settings::DEFAULT_MAX_LOAD_MEMORY;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

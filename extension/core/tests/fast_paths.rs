@@ -7,9 +7,11 @@
 //! document's.
 
 use automerge::ChangeHash;
-use pg_automerge_core::document::{self, load_stored, stored_from_client_bytes, WriteSettings};
-use pg_automerge_core::kept_json::{self, TextJson};
-use pg_automerge_core::{format, history, json, spans, writes};
+use pg_automerge_core::kept_json::TextJson;
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
+use pg_automerge_core::{format, history, json, json_reads, spans, writes};
 use proptest::prelude::*;
 
 mod support;
@@ -24,7 +26,7 @@ const NAIVE: WriteSettings =
 fn loaded_state(
     stored: &[u8],
 ) -> (Vec<ChangeHash>, serde_json::Value, serde_json::Value, Vec<String>) {
-    let doc = load_stored(stored).unwrap();
+    let doc = load_stored(&format::decode(stored).unwrap()).unwrap();
     let spans = spans::spans(&doc, &["text".into()], None).unwrap();
     // Changes come in a causal order, not one order: how the value was written may change it.
     let mut history: Vec<String> =
@@ -36,7 +38,10 @@ fn loaded_state(
 /// What the reads that never load show: heads, change count and the JSON.
 fn header_state(stored: &[u8]) -> (Vec<ChangeHash>, u64, serde_json::Value) {
     let summary = format::decode(stored).unwrap().summary;
-    let json = serde_json::from_str(&document::json_text(stored, &TextJson).unwrap()).unwrap();
+    let json = serde_json::from_str(
+        &json_reads::json_text(&format::decode(stored).unwrap(), &TextJson).unwrap(),
+    )
+    .unwrap();
     (summary.heads, summary.change_count, json)
 }
 
@@ -55,8 +60,8 @@ proptest! {
             naive = writes::apply(&naive, change, NAIVE).unwrap();
             prop_assert_eq!(header_state(&fast), header_state(&naive));
             prop_assert_eq!(loaded_state(&fast), loaded_state(&naive));
-            if let Some(kept) = kept_json::of(&fast, &TextJson).unwrap() {
-                prop_assert_eq!(kept, json::document(&load_stored(&fast).unwrap(), None).unwrap());
+            if let Some(kept) = json_reads::kept(&fast, &TextJson).unwrap() {
+                prop_assert_eq!(kept, json::document(&load_stored(&format::decode(&fast).unwrap()).unwrap(), None).unwrap());
             }
         }
         // Sending everything again changes nothing, on either path.

@@ -8,9 +8,10 @@ use automerge::transaction::CommitOptions;
 use automerge::AutoCommit;
 use fixtures::generated::{generate, Kind, Scale, Spec};
 use fixtures::js_edits;
-use pg_automerge_core::document::{stored_from_client_bytes, WriteSettings};
 use pg_automerge_core::memory::{self, CountingAllocator};
+use pg_automerge_core::settings::WriteSettings;
 use pg_automerge_core::structure::Structure;
+use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::{index_cache, writes};
 
 #[global_allocator]

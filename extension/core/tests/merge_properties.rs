@@ -4,7 +4,9 @@
 //! merge is the JSON the automerge crate's own merge produces.
 
 use automerge::{AutoCommit, AutoSerde, Automerge};
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes, WriteSettings};
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::{format, json, writes};
 use proptest::prelude::*;
 
@@ -18,7 +20,7 @@ fn stored(doc: &mut AutoCommit) -> Vec<u8> {
 /// What a stored value shows: heads and JSON.
 fn state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value) {
     let heads = format::decode(stored).unwrap().summary.heads;
-    (heads, json::document(&load_stored(stored).unwrap(), None).unwrap())
+    (heads, json::document(&load_stored(&format::decode(stored).unwrap()).unwrap(), None).unwrap())
 }
 
 proptest! {
@@ -77,7 +79,7 @@ proptest! {
         let ([mut a, _, _], _) = replicas(&edits);
         let saved = a.save();
         let stored = stored_from_client_bytes(&saved, WriteSettings::UNLIMITED).unwrap();
-        prop_assert_eq!(pg_automerge_core::document::client_bytes(&stored).unwrap(), &saved[..]);
+        prop_assert_eq!(pg_automerge_core::format::client_bytes(&stored).unwrap(), &saved[..]);
         prop_assert_eq!(state(&stored).0, a.get_heads());
     }
 }

@@ -14,10 +14,12 @@ use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
 use fixtures::js_edits;
 use fixtures::wrong_changes::{client_document, honest_edit, Choices};
-use pg_automerge_core::document::{load_stored, stored_from_client_bytes, WriteSettings};
-use pg_automerge_core::kept_json::{self, TextJson};
+use pg_automerge_core::kept_json::TextJson;
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::settings::WriteSettings;
 use pg_automerge_core::structure::{self, Structure};
-use pg_automerge_core::{format, index_cache, json, spans, writes};
+use pg_automerge_core::writes::stored_from_client_bytes;
+use pg_automerge_core::{format, index_cache, json, json_edit, json_reads, spans, writes};
 use proptest::prelude::*;
 
 mod support;
@@ -59,7 +61,7 @@ fn objects(structure: &Structure) -> (Vec<automerge::ActorId>, Vec<String>) {
 
 /// Heads, JSON and the spans of every text object, from a load.
 fn loaded_state(stored: &[u8]) -> (Vec<automerge::ChangeHash>, serde_json::Value, Vec<String>) {
-    let doc = load_stored(stored).unwrap();
+    let doc = load_stored(&format::decode(stored).unwrap()).unwrap();
     let json = json::document(&doc, None).unwrap();
     let mut texts = Vec::new();
     for key in ["title", "content", "note", "status"] {
@@ -149,9 +151,9 @@ proptest! {
             prop_assert!(held == fast, "round {}: the held index stored another value", round);
             prop_assert!(holds_its_index(&held), "round {}: no index held", round);
             prop_assert_eq!(loaded_state(&fast), loaded_state(&naive));
-            let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
-            prop_assert_eq!(&kept, &json::document(&load_stored(&fast).unwrap(), None).unwrap());
-            let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
+            let kept = json_reads::kept(&fast, &TextJson).unwrap().unwrap();
+            prop_assert_eq!(&kept, &json::document(&load_stored(&format::decode(&fast).unwrap()).unwrap(), None).unwrap());
+            let rebuilt = Structure::of_save(&load_stored(&format::decode(&fast).unwrap()).unwrap().save()).unwrap().0;
             prop_assert_eq!(objects(&kept_index(&fast)), objects(&rebuilt));
             assert_loads(&fast);
         }
@@ -186,10 +188,18 @@ fn changes_made_by_the_js_client_append_and_match_load_apply_save() {
             assert!(held == fast, "{name}: change {n}: the held index stored another value");
             assert!(holds_its_index(&held), "{name}: change {n}: no index held");
             assert_eq!(loaded_state(&fast), loaded_state(&naive), "{name}: change {n}");
-            let kept = kept_json::of(&fast, &TextJson).unwrap().unwrap();
-            assert_eq!(kept, json::document(&load_stored(&fast).unwrap(), None).unwrap());
+            let kept = json_reads::kept(&fast, &TextJson).unwrap().unwrap();
+            assert_eq!(
+                kept,
+                json::document(&load_stored(&format::decode(&fast).unwrap()).unwrap(), None)
+                    .unwrap()
+            );
             if appended(&fast) > 0 {
-                let rebuilt = Structure::of_save(&load_stored(&fast).unwrap().save()).unwrap().0;
+                let rebuilt = Structure::of_save(
+                    &load_stored(&format::decode(&fast).unwrap()).unwrap().save(),
+                )
+                .unwrap()
+                .0;
                 assert_eq!(objects(&kept_index(&fast)), objects(&rebuilt), "{name}: {n}");
             }
             assert_loads(&fast);
@@ -213,7 +223,7 @@ fn the_index_of_a_save_shows_its_texts_lists_and_maps() {
         let obj = structure::OpId { counter, actor };
         assert_eq!(
             structure.path(obj),
-            Some(vec![kept_json::Step::Key(key.into())]),
+            Some(vec![json_edit::Step::Key(key.into())]),
             "{key} shows at its key"
         );
         let shown: u64 = match &structure.objects[&obj].body {

@@ -17,7 +17,7 @@ use automerge::{ActorId, AutoCommit, Change, ExpandedChange, ROOT};
 use fixtures::wrong_changes::{
     altered_change, client_document, honest_edit, wrong_change, Choices, Wrong,
 };
-use pg_automerge_core::document::stored_from_client_bytes;
+use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::ErrorKind;
 use proptest::prelude::*;
 use support::{assert_loads, checked_write, honest_and_wrong_writes, Entry, FAST};

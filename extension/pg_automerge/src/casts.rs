@@ -2,7 +2,7 @@
 //! `bytea → automerge` is an assignment cast: `INSERT … VALUES ($1)` with a bytea `$1`
 //! works on an `automerge` column, and the bytes are validated like any input.
 
-use pg_automerge_core::document;
+use pg_automerge_core::writes;
 use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
@@ -12,7 +12,7 @@ use crate::gucs;
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_from_bytea(bytes: &[u8]) -> StoredDoc<'static> {
     StoredDoc::owned(
-        document::stored_from_client_bytes(bytes, gucs::write_settings())
+        writes::stored_from_client_bytes(bytes, gucs::write_settings())
             .or_raise("automerge_from_bytea"),
     )
 }

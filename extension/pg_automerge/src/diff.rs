@@ -2,7 +2,7 @@
 //! to_heads text[]])`, as `jsonb` patches in the shape of the JavaScript library's `diff()`
 //! (see `pg_automerge_core::diff`).
 
-use pg_automerge_core::diff;
+use pg_automerge_core::{diff, format};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -27,7 +27,8 @@ fn automerge_diff_to(doc: StoredDoc<'_>, from_heads: Vec<String>, to_heads: Vec<
 fn patches(doc: &StoredDoc<'_>, from: &[String], to: Option<&[String]>) -> JsonB {
     let from = stored::parse_heads(from, FUNCTION);
     let to = to.map(|to| stored::parse_heads(to, FUNCTION));
-    let loaded = diff::load_stored_for_diff(doc.stored()).or_raise(FUNCTION);
+    let value = format::decode(doc.stored()).or_raise(FUNCTION);
+    let loaded = diff::load_stored_for_diff(&value).or_raise(FUNCTION);
     JsonB(diff::diff(&loaded, &from, to.as_deref()).or_raise(FUNCTION))
 }
 

@@ -7,7 +7,7 @@
 use std::ffi::CString;
 use std::time::Duration;
 
-use pg_automerge_core::document::{self, LoadLimit, WriteSettings};
+use pg_automerge_core::settings::{self, LoadLimit, WriteSettings};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 use crate::kept_json::JSONB;
@@ -16,14 +16,14 @@ const MB: u64 = 1 << 20;
 
 static KEEP_JSONB: GucSetting<bool> = GucSetting::<bool>::new(true);
 static APPEND_LIMIT: GucSetting<i32> =
-    GucSetting::<i32>::new(document::DEFAULT_APPEND_LIMIT as i32);
+    GucSetting::<i32>::new(settings::DEFAULT_APPEND_LIMIT as i32);
 static DOCUMENT_CACHE: GucSetting<i32> =
-    GucSetting::<i32>::new((document::DEFAULT_CACHE_BUDGET / MB) as i32);
+    GucSetting::<i32>::new((settings::DEFAULT_CACHE_BUDGET / MB) as i32);
 static INDEX_CACHE: GucSetting<i32> =
-    GucSetting::<i32>::new((document::DEFAULT_INDEX_CACHE_BUDGET / MB) as i32);
+    GucSetting::<i32>::new((settings::DEFAULT_INDEX_CACHE_BUDGET / MB) as i32);
 static TRIM_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(64);
 static MAX_LOAD_MEMORY: GucSetting<i32> =
-    GucSetting::<i32>::new((pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
+    GucSetting::<i32>::new((settings::DEFAULT_MAX_LOAD_MEMORY / MB) as i32);
 
 static COMPACTOR_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static COMPACTOR_NAPTIME: GucSetting<i32> = GucSetting::<i32>::new(1000);

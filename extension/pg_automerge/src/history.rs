@@ -30,7 +30,7 @@ fn automerge_change_count(doc: DocHeader<'_>) -> i64 {
 fn automerge_has_changes(doc: LazyDoc<'_>, heads: Vec<String>) -> bool {
     const FUNCTION: &str = "automerge_has_changes";
     let heads = stored::parse_heads(&heads, FUNCTION);
-    pg_automerge_core::document::has_changes(&doc, &heads).or_raise(FUNCTION)
+    pg_automerge_core::history::has_changes(&doc, &heads).or_raise(FUNCTION)
 }
 
 /// Every change of the document in causal order or, given `since`, only those that a

@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, CString};
 
-use pg_automerge_core::{document, text_form, Error};
+use pg_automerge_core::{format, text_form, writes, Error};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, Internal};
 
@@ -21,13 +21,13 @@ fn automerge_in(input: &CStr) -> StoredDoc<'static> {
         .or_raise("automerge_in");
     let bytes = text_form::parse(text).or_raise("automerge_in");
     StoredDoc::owned(
-        document::stored_from_client_bytes(&bytes, gucs::write_settings()).or_raise("automerge_in"),
+        writes::stored_from_client_bytes(&bytes, gucs::write_settings()).or_raise("automerge_in"),
     )
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_out(doc: StoredDoc<'_>) -> CString {
-    let bytes = document::client_bytes(doc.stored()).or_raise("automerge_out");
+    let bytes = format::client_bytes(doc.stored()).or_raise("automerge_out");
     CString::new(text_form::format(bytes)).expect("hex digits contain no NUL")
 }
 
@@ -43,15 +43,14 @@ fn automerge_recv(mut buf: Internal) -> StoredDoc<'static> {
         unsafe { std::slice::from_raw_parts(buf.data.add(start).cast::<u8>(), end - start) };
     buf.cursor = buf.len;
     StoredDoc::owned(
-        document::stored_from_client_bytes(bytes, gucs::write_settings())
-            .or_raise("automerge_recv"),
+        writes::stored_from_client_bytes(bytes, gucs::write_settings()).or_raise("automerge_recv"),
     )
 }
 
 /// The binary output, and also the `automerge → bytea` cast: the Automerge bytes.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_send(doc: StoredDoc<'_>) -> Vec<u8> {
-    document::client_bytes(doc.stored()).or_raise("automerge_send").to_vec()
+    format::client_bytes(doc.stored()).or_raise("automerge_send").to_vec()
 }
 
 extension_sql!(

@@ -4,8 +4,8 @@
 
 use std::borrow::Cow;
 
-use pg_automerge_core::format::{Header, JsonLayout, Prefix};
-use pg_automerge_core::{document, json};
+use pg_automerge_core::format::{self, Header, JsonLayout, Prefix};
+use pg_automerge_core::{json, json_reads};
 use pgrx::callconv::{BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::pgrx_sql_entity_graph::metadata::{
@@ -32,7 +32,8 @@ fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbOut<'_> {
             JsonbOut::Datum(kept_datum(&json).or_raise(FUNCTION))
         }
         _ => JsonbOut::Text(
-            document::json_text(doc.prefix(usize::MAX), &JSONB)
+            format::decode(doc.prefix(usize::MAX))
+                .and_then(|value| json_reads::json_text(&value, &JSONB))
                 .map(|json| Cow::Owned(json.into_owned()))
                 .or_raise(FUNCTION),
         ),

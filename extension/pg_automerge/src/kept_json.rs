@@ -8,7 +8,8 @@
 use std::ffi::CStr;
 
 use pg_automerge_core::format::{JsonLayout, KeptJson};
-use pg_automerge_core::kept_json::{splice_str, JsonCodec, JsonEdit, Step};
+use pg_automerge_core::json_edit::{splice_str, JsonEdit, Step};
+use pg_automerge_core::kept_json::JsonCodec;
 use pg_automerge_core::Error;
 use pgrx::{pg_sys, IntoDatum};
 use serde_json::Value as Json;

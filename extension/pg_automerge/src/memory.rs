@@ -266,7 +266,7 @@ mod tests {
     #[pg_test]
     fn the_default_limit_is_the_cores() {
         let shown = Spi::get_one::<String>("SHOW pg_automerge.max_load_memory").unwrap().unwrap();
-        let default = pg_automerge_core::estimate::DEFAULT_MAX_LOAD_MEMORY;
+        let default = pg_automerge_core::settings::DEFAULT_MAX_LOAD_MEMORY;
         assert_eq!(shown, format!("{}GB", default >> 30));
         assert_eq!(crate::gucs::load_limit().0, Some(default));
     }

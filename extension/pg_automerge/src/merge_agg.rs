@@ -7,7 +7,7 @@
 //! before it loads anything.
 
 use pg_automerge_core::aggregate::MergeState;
-use pg_automerge_core::document;
+use pg_automerge_core::save;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -69,8 +69,7 @@ fn automerge_merge_state_combine(
 fn automerge_merge_state_result(mut state: MergeStateDatum) -> StoredDoc<'static> {
     state.with_state("automerge_merge_agg", |merged| {
         StoredDoc::owned(
-            document::to_stored(&merged.doc, gucs::write_settings())
-                .or_raise("automerge_merge_agg"),
+            save::to_stored(&merged.doc, gucs::write_settings()).or_raise("automerge_merge_agg"),
         )
     })
 }

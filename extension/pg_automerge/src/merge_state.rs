@@ -15,7 +15,7 @@
 use std::ffi::{CStr, CString};
 
 use pg_automerge_core::aggregate::MergeState;
-use pg_automerge_core::{document, text_form, Error};
+use pg_automerge_core::{save, text_form, Error};
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::nullable::Nullable;
@@ -164,7 +164,7 @@ impl MergeStateDatum {
 
 fn saved_of(held: &mut Held) -> &[u8] {
     let state = &held.state;
-    held.flat.get_or_insert_with(|| document::save(&state.doc).or_raise("automerge_merge_state"))
+    held.flat.get_or_insert_with(|| save::save(&state.doc).or_raise("automerge_merge_state"))
 }
 
 #[pg_guard]

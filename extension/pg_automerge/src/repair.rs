@@ -45,7 +45,8 @@ fn automerge_repair(doc: StoredDoc<'_>) -> StoredDoc<'static> {
 mod tests {
     use automerge::{AutoCommit, Automerge, Change};
     use fixtures::wrong_changes::{client_document, honest_edit, wrong_change, Choices, Wrong};
-    use pg_automerge_core::document::{self, to_stored};
+    use pg_automerge_core::save::to_stored;
+    use pg_automerge_core::{format, load, writes};
     use pgrx::datum::DatumWithOid;
     use pgrx::prelude::*;
 
@@ -154,11 +155,10 @@ mod tests {
         let mut client = stored_client();
         let wrong = wrong_change(&mut client, Wrong::MarkEndBeforeBegin, &mut Choices::new(&[]))
             .expect("the client document has a text to mark");
-        let good =
-            document::stored_from_client_bytes(&client.save(), crate::gucs::write_settings())
-                .unwrap();
+        let good = writes::stored_from_client_bytes(&client.save(), crate::gucs::write_settings())
+            .unwrap();
         let appended = appended_to(&good, &wrong);
-        assert!(Automerge::load(document::client_bytes(&appended).unwrap()).is_ok());
+        assert!(Automerge::load(format::client_bytes(&appended).unwrap()).is_ok());
         // SAFETY: the datum is an `automerge` varlena, as the stored column holds.
         let value = unsafe {
             DatumWithOid::new(
@@ -206,7 +206,7 @@ mod tests {
         let mut broken = Automerge::load(&client.save()).unwrap();
         broken.apply_changes([Change::try_from(&wrong[..]).unwrap()]).unwrap();
         let stored = to_stored(&broken, crate::gucs::write_settings()).unwrap();
-        assert!(document::load_stored(&stored).is_err());
+        assert!(load::load_stored(&format::decode(&stored).unwrap()).is_err());
         // SAFETY: the datum is an `automerge` varlena, as the stored column holds.
         let value = unsafe {
             DatumWithOid::new(crate::datum::StoredDoc::owned(stored), pgrx::regtypein("automerge"))

@@ -14,7 +14,7 @@
 //! - `automerge_storage(doc)` shows what a value keeps and what loading it is estimated to
 //!   take; `automerge_compact(doc)` re-saves it with its JSON, as a write that loads would.
 
-use pg_automerge_core::document;
+use pg_automerge_core::compaction;
 use pg_automerge_core::estimate::estimate_stored;
 use pg_automerge_core::{format, ErrorKind};
 use pgrx::prelude::*;
@@ -78,7 +78,9 @@ fn automerge_appended_changes(doc: DocHeader<'_>) -> i32 {
 /// changes, or without JSON.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
-    match document::compact(doc.stored(), gucs::write_settings()) {
+    let compacted = format::decode(doc.stored())
+        .and_then(|value| compaction::compact(&value, gucs::write_settings()));
+    match compacted {
         Ok(compacted) => StoredDoc::owned(compacted),
         // Its new save would not load, or it does not load itself (a change an older
         // version stored): the value stays as clients load it, and `UPDATE t SET doc =
@@ -353,7 +355,8 @@ mod tests {
 
     #[pg_test]
     fn every_read_gives_the_same_on_every_format_version() {
-        use pg_automerge_core::document::{to_stored, WriteSettings};
+        use pg_automerge_core::save::to_stored;
+        use pg_automerge_core::settings::WriteSettings;
         let doc = sample("project");
         let text_kept = to_stored(&doc, WriteSettings::UNLIMITED).unwrap();
         Spi::run("CREATE TABLE versions (version int PRIMARY KEY, doc automerge NOT NULL)")

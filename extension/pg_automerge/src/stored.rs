@@ -1,13 +1,14 @@
 //! Loading stored values, and checking heads given as arguments against them.
 
-use pg_automerge_core::{document, heads};
+use pg_automerge_core::{format, heads, load};
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
 
 /// The loaded document.
 pub fn load(doc: &StoredDoc<'_>, function: &'static str) -> automerge::Automerge {
-    document::load_stored(doc.stored()).or_raise(function)
+    let value = format::decode(doc.stored()).or_raise(function);
+    load::load_stored(&value).or_raise(function)
 }
 
 /// Heads given as text, parsed; for functions of the core crate that check them themselves.

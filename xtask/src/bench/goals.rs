@@ -74,7 +74,7 @@ const CLIENT_WRITES: [&str; 9] = [
 const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
 /// What a read returns after this many appended changes (the default `append_limit`, the
 /// most a value holds before a write folds them into a new save)…
-const MOST_APPENDED: u32 = pg_automerge_core::document::DEFAULT_APPEND_LIMIT;
+const MOST_APPENDED: u32 = pg_automerge_core::settings::DEFAULT_APPEND_LIMIT;
 /// …loads in the JS client within this many times the save alone.
 const CLIENT_LOAD_RATIO_GOAL: f64 = 1.1;
 /// Stored size and WAL of a write, less what a value keeps beside its Automerge bytes and

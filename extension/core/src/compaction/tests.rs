@@ -5,8 +5,9 @@ use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, Automerge, ObjId, ObjType, ROOT};
 
 use super::*;
-use crate::document::{load_stored, stored_from_client_bytes};
-use crate::{json, kept_json, writes};
+use crate::load::load_stored;
+use crate::writes::stored_from_client_bytes;
+use crate::{json, json_reads, kept_json, writes};
 
 const SETTINGS: WriteSettings = WriteSettings { append_limit: 100, ..WriteSettings::UNLIMITED };
 
@@ -41,7 +42,7 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn kept_json(stored: &[u8]) -> serde_json::Value {
-    kept_json::of(stored, &kept_json::TextJson).unwrap().unwrap()
+    json_reads::kept(stored, &kept_json::TextJson).unwrap().unwrap()
 }
 
 #[test]
@@ -58,7 +59,7 @@ fn a_compaction_takes_the_changes_appended_after_it_read_the_value() {
     let (value, before) = (format::decode(&put).unwrap(), format::decode(&current).unwrap());
     assert_eq!(value.summary, before.summary);
     assert!(value.payload.len() < before.payload.len(), "the payload was compacted");
-    let loaded = load_stored(&put).unwrap();
+    let loaded = load_stored(&format::decode(&put).unwrap()).unwrap();
     assert_eq!(loaded.get_heads(), client.get_heads());
     let client_json = json::document(client.document(), None).unwrap();
     assert_eq!(json::document(&loaded, None).unwrap(), client_json);
@@ -85,7 +86,10 @@ fn a_compaction_takes_the_changes_appended_after_it_read_the_value() {
     assert_eq!(kept_json(&after), json::document(client.document(), None).unwrap());
     let again = Compacted::of(&after, SETTINGS).unwrap().unwrap().onto(&after).unwrap().unwrap();
     assert_eq!(appended(&again), 0);
-    assert_eq!(load_stored(&again).unwrap().get_heads(), client.get_heads());
+    assert_eq!(
+        load_stored(&format::decode(&again).unwrap()).unwrap().get_heads(),
+        client.get_heads()
+    );
 }
 
 #[test]
@@ -95,7 +99,7 @@ fn with_no_write_since_the_compacted_value_is_put_as_it_is() {
     let compacted = Compacted::of(&read, SETTINGS).unwrap().unwrap();
     let put = compacted.onto(&read).unwrap().unwrap();
     assert_eq!(appended(&put), 0);
-    assert_eq!(put, document::compact(&read, SETTINGS).unwrap());
+    assert_eq!(put, compact(&format::decode(&read).unwrap(), SETTINGS).unwrap());
     // The next writes append to it.
     let after = type_into(&mut client, &text, &put, 5);
     assert_eq!(appended(&after), 5);

@@ -75,13 +75,6 @@ pub struct LoadEstimate {
     pub bytes: u64,
 }
 
-/// The default of `pg_automerge.max_load_memory`: 2 GiB, as the anchor project's. It admits
-/// the largest documents the Operations page calls ordinary, each with room to spare: the
-/// 3 MB plain text with its 96,000 changes (the largest estimate of them, see
-/// `tests/estimate_peaks.rs` and docs/operations.md), the 1.26 MB rich text and the 1.07 MB
-/// list of maps.
-pub const DEFAULT_MAX_LOAD_MEMORY: u64 = 2 << 30;
-
 /// Estimates what `Automerge::load(bytes)` will need, without loading: `bytes` is any
 /// concatenation of document, change, deflated change and bundle chunks. Empty input is
 /// the empty document. Bytes that are not Automerge chunks are refused.

@@ -26,7 +26,7 @@ use serde_json::Value as Json;
 use crate::doc_ops::action;
 use crate::guard::no_panic;
 use crate::json;
-use crate::kept_json::{JsonEdit, Step};
+use crate::json_edit::{JsonEdit, Step};
 
 mod build;
 mod encoding;

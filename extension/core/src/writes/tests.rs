@@ -1,7 +1,10 @@
 //! The write paths' tests: appends, loads, merges and their refusals.
 
+use super::append::REENCODE_AFTER;
 use super::*;
-use crate::document::{stored_from_client_bytes, LoadLimit};
+use crate::settings::LoadLimit;
+use crate::structure::Structure;
+use crate::{json_reads, kept_json};
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, ReadDoc, ROOT};
 
@@ -21,7 +24,9 @@ fn merging_equal_heads_returns_the_left_value() {
 fn merge_combines_both_sides() {
     let a = stored_from_client_bytes(&doc(1, "a").save(), WriteSettings::UNLIMITED).unwrap();
     let b = stored_from_client_bytes(&doc(2, "b").save(), WriteSettings::UNLIMITED).unwrap();
-    let merged = load_stored(&merge(&a, &b, WriteSettings::UNLIMITED).unwrap()).unwrap();
+    let merged =
+        load_stored(&format::decode(&merge(&a, &b, WriteSettings::UNLIMITED).unwrap()).unwrap())
+            .unwrap();
     assert_eq!(merged.get_heads().len(), 2);
     assert!(merged.get(ROOT, "a").unwrap().is_some());
     assert!(merged.get(ROOT, "b").unwrap().is_some());
@@ -35,7 +40,10 @@ fn applies_new_changes_and_ignores_known_ones() {
     local.put(ROOT, "more", 2_i64).unwrap();
     let change = local.save_after(&heads);
     let applied = apply(&stored, &change, WriteSettings::UNLIMITED).unwrap();
-    assert_eq!(load_stored(&applied).unwrap().get_heads(), local.get_heads());
+    assert_eq!(
+        load_stored(&format::decode(&applied).unwrap()).unwrap().get_heads(),
+        local.get_heads()
+    );
     // The same change again, or nothing, changes nothing.
     assert_eq!(apply(&applied, &change, WriteSettings::UNLIMITED).unwrap(), applied);
     assert_eq!(apply(&applied, &[], WriteSettings::UNLIMITED).unwrap(), applied);
@@ -50,8 +58,10 @@ fn applies_changes_that_depend_on_the_stored_document() {
     local.commit();
     local.put(ROOT, "c", 1_i64).unwrap();
     let two_changes = local.save_after(&heads);
-    let applied =
-        load_stored(&apply(&stored, &two_changes, WriteSettings::UNLIMITED).unwrap()).unwrap();
+    let applied = load_stored(
+        &format::decode(&apply(&stored, &two_changes, WriteSettings::UNLIMITED).unwrap()).unwrap(),
+    )
+    .unwrap();
     assert_eq!(applied.get_heads(), local.get_heads());
 }
 
@@ -112,7 +122,7 @@ fn titled() -> (AutoCommit, Vec<u8>) {
 }
 
 fn kept_json(stored: &[u8]) -> Option<serde_json::Value> {
-    kept_json::of(stored, &kept_json::TextJson).unwrap()
+    json_reads::kept(stored, &kept_json::TextJson).unwrap()
 }
 
 fn appended(stored: &[u8]) -> u32 {
@@ -120,7 +130,7 @@ fn appended(stored: &[u8]) -> u32 {
 }
 
 fn loaded_json(stored: &[u8]) -> serde_json::Value {
-    crate::json::document(&load_stored(stored).unwrap(), None).unwrap()
+    crate::json::document(&load_stored(&format::decode(stored).unwrap()).unwrap(), None).unwrap()
 }
 
 #[test]
@@ -271,7 +281,7 @@ fn the_kept_index_lags_a_few_appended_changes_and_is_replayed() {
         if includes == n {
             encoded_at.push(n);
         }
-        let fresh = crate::document::stored_from_client_bytes(&local.save(), settings).unwrap();
+        let fresh = stored_from_client_bytes(&local.save(), settings).unwrap();
         let fresh = format::decode(&fresh).unwrap();
         assert_eq!(
             current_index(&value).unwrap().canonical(),
@@ -280,4 +290,34 @@ fn the_kept_index_lags_a_few_appended_changes_and_is_replayed() {
         );
     }
     assert_eq!(encoded_at, [4, 8, 12, 16, 20]);
+}
+
+#[test]
+fn stores_a_save_unchanged_with_its_summary() {
+    let mut doc = doc(1, "title");
+    let saved = doc.save();
+    let stored = stored_from_client_bytes(&saved, WriteSettings::UNLIMITED).unwrap();
+    assert_eq!(format::client_bytes(&stored).unwrap(), &saved[..]);
+    let value = format::decode(&stored).unwrap();
+    assert_eq!(value.summary.change_count, 1);
+    assert_eq!(value.summary.op_count, 1);
+    assert_eq!(value.summary.heads, doc.get_heads());
+}
+
+#[test]
+fn a_save_with_changes_after_it_is_stored_as_it_came() {
+    let mut doc = doc(1, "title");
+    let saved = doc.save();
+    let heads = doc.get_heads();
+    doc.put(ROOT, "title", "two").unwrap();
+    let mut payload = saved.clone();
+    payload.extend_from_slice(&doc.save_after(&heads));
+    let stored = stored_from_client_bytes(&payload, WriteSettings::UNLIMITED).unwrap();
+    assert_eq!(format::client_bytes(&stored).unwrap(), &payload[..]);
+    assert_eq!(format::decode(&stored).unwrap().kept.unwrap().appended_changes, 1);
+    // Changes alone are stored as the document they make.
+    let changes = doc.save_after(&[]);
+    let stored = stored_from_client_bytes(&changes, WriteSettings::UNLIMITED).unwrap();
+    assert_eq!(format::client_bytes(&stored).unwrap(), &doc.save()[..]);
+    assert_eq!(format::decode(&stored).unwrap().kept.unwrap().appended_changes, 0);
 }

@@ -11,8 +11,10 @@ use automerge::{ActorId, AutoCommit, Automerge, ReadDoc};
 use fixtures::wrong_changes::{
     altered_change, client_document, honest_edit, wrong_change, Choices, Wrong,
 };
-use pg_automerge_core::document::WriteSettings;
-use pg_automerge_core::{document, format, index_cache, json, kept_json, writes, Error, ErrorKind};
+use pg_automerge_core::load::load_stored;
+use pg_automerge_core::settings::WriteSettings;
+use pg_automerge_core::{compaction, format, index_cache, json, json_reads, kept_json, writes};
+use pg_automerge_core::{Error, ErrorKind};
 
 /// Whether `stored` holds the invariant: (a) its payload loads with a plain
 /// `Automerge::load`, as clients load it; (b) its kept JSON, if any, equals the loaded
@@ -21,7 +23,7 @@ use pg_automerge_core::{document, format, index_cache, json, kept_json, writes, 
 pub fn check_loads(stored: &[u8]) -> Result<(), String> {
     let value =
         format::decode(stored).map_err(|err| format!("the value does not decode: {err}"))?;
-    let payload = document::client_bytes(stored).map_err(|err| format!("no payload: {err}"))?;
+    let payload = format::client_bytes(stored).map_err(|err| format!("no payload: {err}"))?;
     let loaded = load(payload).map_err(|err| format!("(a) the payload does not load: {err}"))?;
     if value.summary.heads != loaded.get_heads() {
         return Err(format!(
@@ -30,7 +32,7 @@ pub fn check_loads(stored: &[u8]) -> Result<(), String> {
             loaded.get_heads()
         ));
     }
-    let kept = kept_json::of(stored, &kept_json::TextJson);
+    let kept = json_reads::kept(stored, &kept_json::TextJson);
     if let Some(kept) = kept.map_err(|err| format!("(b) kept JSON: {err}"))? {
         let json = json::document(&loaded, None)
             .map_err(|err| format!("(b) the loaded document has no JSON: {err}"))?;
@@ -97,28 +99,31 @@ pub const NAIVE: WriteSettings =
 
 /// Writes `incoming` (client bytes) to the stored value `server` through `entry`.
 pub fn write(entry: Entry, server: &[u8], incoming: &[u8]) -> Result<Vec<u8>, Error> {
-    let payload = document::client_bytes(server)?;
+    let payload = format::client_bytes(server)?;
     let with_payload = || [payload, incoming].concat();
     match entry {
         Entry::ApplyFast => writes::apply(server, incoming, FAST),
         Entry::ApplyNaive => writes::apply(server, incoming, NAIVE),
-        Entry::InsertSaveAndChanges => document::stored_from_client_bytes(&with_payload(), FAST),
+        Entry::InsertSaveAndChanges => writes::stored_from_client_bytes(&with_payload(), FAST),
         Entry::InsertChangesOnly => {
-            let doc = document::load_stored(server)?;
+            let doc = load_stored(&format::decode(server)?)?;
             let mut bytes: Vec<u8> =
                 doc.get_changes(&[]).iter().flat_map(|c| c.raw_bytes().to_vec()).collect();
             bytes.extend_from_slice(incoming);
-            document::stored_from_client_bytes(&bytes, FAST)
+            writes::stored_from_client_bytes(&bytes, FAST)
         }
         Entry::MergeLeft | Entry::MergeRight => {
-            let client = document::stored_from_client_bytes(&with_payload(), FAST)?;
+            let client = writes::stored_from_client_bytes(&with_payload(), FAST)?;
             if entry == Entry::MergeLeft {
                 writes::merge(server, &client, FAST)
             } else {
                 writes::merge(&client, server, FAST)
             }
         }
-        Entry::ApplyThenCompact => document::compact(&writes::apply(server, incoming, FAST)?, FAST),
+        Entry::ApplyThenCompact => {
+            let applied = writes::apply(server, incoming, FAST)?;
+            compaction::compact(&format::decode(&applied)?, FAST)
+        }
         Entry::ApplyHeld => {
             let value = format::decode(server)?;
             if let Some(index) = writes::current_index(&value) {
@@ -165,7 +170,7 @@ pub fn honest_and_wrong_writes(
     let mut choices = Choices::new(input);
     let mut base = client_document(9);
     let actor = |n: u8| ActorId::from([n; 16]);
-    let mut server = document::stored_from_client_bytes(&base.save(), FAST).unwrap();
+    let mut server = writes::stored_from_client_bytes(&base.save(), FAST).unwrap();
     let mut replicas: Vec<AutoCommit> = (1..=3).map(|n| base.fork().with_actor(actor(n))).collect();
     let mut next_entry = 0;
     for step in 0..14 {
@@ -178,7 +183,7 @@ pub fn honest_and_wrong_writes(
             0..=5 => {
                 let replica = &mut replicas[r];
                 honest_edit(replica, &mut choices);
-                let held = Automerge::load(document::client_bytes(&server).unwrap()).unwrap();
+                let held = Automerge::load(format::client_bytes(&server).unwrap()).unwrap();
                 let new: Vec<u8> = replica
                     .get_changes(&[])
                     .iter()
@@ -188,7 +193,7 @@ pub fn honest_and_wrong_writes(
                 (format!("step {step}: honest changes of replica {r}"), new)
             }
             8 => {
-                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
+                let mut held = AutoCommit::load(format::client_bytes(&server).unwrap())
                     .unwrap()
                     .with_actor(actor(r as u8 + 1));
                 let Some(bytes) = altered_change(&mut held, &mut choices) else { continue };
@@ -197,7 +202,7 @@ pub fn honest_and_wrong_writes(
             6 | 7 => {
                 let kind = *choices.pick(&Wrong::ALL);
                 // Crafted on what the server holds, as replica r's actor.
-                let mut held = AutoCommit::load(document::client_bytes(&server).unwrap())
+                let mut held = AutoCommit::load(format::client_bytes(&server).unwrap())
                     .unwrap()
                     .with_actor(actor(r as u8 + 1));
                 let Some(bytes) = wrong_change(&mut held, kind, &mut choices) else { continue };
@@ -206,7 +211,7 @@ pub fn honest_and_wrong_writes(
             _ => {
                 // A replica syncs from the server; a server that took a wrong change of
                 // this replica's actor cannot be merged, which leaves the replica as it is.
-                if let Ok(mut held) = AutoCommit::load(document::client_bytes(&server).unwrap()) {
+                if let Ok(mut held) = AutoCommit::load(format::client_bytes(&server).unwrap()) {
                     let _ = replicas[r].merge(&mut held);
                 }
                 continue;

@@ -1,151 +1,28 @@
-//! Merging documents and applying changes to a stored document. Both return the stored
-//! value unchanged, without saving, when nothing new arrives, and both avoid the load when
-//! the stored headers answer:
-//!
-//! - a merge where one side already contains the other returns that side;
-//! - changes that follow the stored document (each new, its actor's next, its
-//!   dependencies among the document's heads and actors' latest changes, its counters
-//!   right after theirs) and whose every operation the [`Structure`] index can check and
-//!   place (text splices, marks, block splits, map puts and deletes at any depth, list
-//!   inserts and deletes, counter increments, objects made with content, by a client on
-//!   the heads or concurrently) are appended to the stored payload without a load, and the
-//!   kept JSON follows them; the index each such write leaves is held for the next (see
-//!   [`index_cache`]). The write that passes `append_limit` appended changes since the last
-//!   save also saves the document anew, keeping that JSON and index. Other
-//!   changes are applied to the loaded document: appending what the index cannot check
-//!   could store a value that no later load accepts.
+//! The write without a load: changes that follow the stored document, checked and placed
+//! by its [`Structure`] index, appended to its payload, with the kept JSON patched at the
+//! paths they edit. The index such a write leaves is held by [`index_cache`] for the
+//! backend's next write; the write that passes `append_limit` saves the document anew
+//! ([`saved_anew`]), keeping that JSON and index.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use automerge::{
-    Automerge, AutomergeError, Change, ChangeHash, LoadOptions, OnPartialLoad, ReadDoc,
-};
+use automerge::{Change, ChangeHash};
 
-use crate::document::{contains, has_all, load_stored, to_stored, WriteSettings};
-use crate::estimate::{estimate_applied, estimate_client_bytes, estimate_stored, LoadEstimate};
-use crate::format::{self, Kept, StoredValue};
+use crate::chunk::{self, parse_change, parse_changes, split_save};
+use crate::estimate::LoadEstimate;
+use crate::format::{self, Kept, StoredValue, FORMAT_VERSION};
 use crate::guard::no_panic;
-use crate::kept_json;
+use crate::json_edit::JsonEdit;
+use crate::save::saved_anew;
+use crate::settings::WriteSettings;
 use crate::structure::Structure;
-use crate::{cache, chunk, compaction, index_cache, integrity, memory, Error};
-
-/// The merge of two stored documents. Equal heads mean equal documents, and a side whose
-/// headers show it has the other's heads contains the other: no load. Where the right
-/// side's actor clock only suggests that it contains the left (the same client saving
-/// again, as an upsert of its full save does), the right side alone is checked: taken from
-/// the [`cache`] when the statement just loaded it from client input, else loaded.
-/// Otherwise the merge result is estimated from both headers and checked against the load
-/// limit first.
-pub fn merge(left: &[u8], right: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
-    let (l, r) = (format::decode(left)?, format::decode(right)?);
-    if contains(&l, &r.summary.heads) {
-        return Ok(left.to_vec());
-    }
-    if contains(&r, &l.summary.heads) {
-        return Ok(right.to_vec());
-    }
-    let incoming = estimate_stored(&r.summary, r.payload);
-    let held = cache::take(&r.summary.heads);
-    let mut other = if held.is_some() || may_contain(&r, &l) {
-        let other = match held {
-            Some(doc) => doc,
-            None => {
-                settings.load_limit.check(&incoming)?;
-                load_stored(right)?
-            }
-        };
-        if has_all(&other, &l.summary.heads) {
-            return Ok(right.to_vec());
-        }
-        settings
-            .load_limit
-            .check(&combined(&[estimate_stored(&l.summary, l.payload), incoming]))?;
-        other
-    } else {
-        // Merging decodes the right document's changes and applies them to the left one.
-        settings.load_limit.check(&combined(&[
-            estimate_stored(&l.summary, l.payload),
-            incoming,
-            estimate_applied(&incoming),
-        ]))?;
-        load_stored(right)?
-    };
-    let mut doc = load_stored(left)?;
-    if has_all(&doc, &r.summary.heads) {
-        return Ok(left.to_vec());
-    }
-    merge_into(&mut doc, &mut other)?;
-    to_stored(&doc, settings)
-}
-
-/// Whether `container` has, for each head of `contained`, a change of that head's actor
-/// with at least its sequence number: necessary for containing it, and with actors that
-/// are never shared, sufficient.
-fn may_contain(container: &StoredValue<'_>, contained: &StoredValue<'_>) -> bool {
-    let (Some(outer), Some(inner)) = (&container.kept, &contained.kept) else { return false };
-    contained.summary.heads.iter().all(|head| {
-        inner.clock.iter().any(|(actor, (seq, latest))| {
-            latest == head && outer.clock.get(actor).is_some_and(|(outer_seq, _)| outer_seq >= seq)
-        })
-    })
-}
-
-/// Merges `other` into `doc`; shared by `merge` and the aggregate. What makes a merge fail
-/// is in the documents themselves, such as two clients using one actor id, or a change
-/// of one that the other's would keep from loading again (see [`integrity`]).
-pub fn merge_into(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
-    let before = doc.get_heads();
-    merge_unchecked(doc, other)?;
-    integrity::check_added(doc, &before, None)
-}
-
-fn merge_unchecked(doc: &mut Automerge, other: &mut Automerge) -> Result<(), Error> {
-    no_panic(|| doc.merge(other))
-        .map_err(Error::CannotMerge)?
-        .map_err(|err| refused(err, Error::CannotMerge))?;
-    Ok(())
-}
-
-/// What the automerge crate's refusal means for the user: a reused sequence number is an
-/// actor id shared by two clients, whatever the bytes looked like.
-fn refused(err: AutomergeError, otherwise: fn(String) -> Error) -> Error {
-    match err {
-        AutomergeError::DuplicateSeqNumber(seq, actor) => {
-            Error::ReusedSeq { actor: actor.to_hex_string(), seq }
-        }
-        err => otherwise(err.to_string()),
-    }
-}
-
-/// Applies Automerge bytes (one change, several, an incremental save or a full save) to a
-/// stored document. Changes whose dependencies are in neither are refused, and nothing is
-/// lost: the statement fails and the stored value stays as it was.
-pub fn apply(stored: &[u8], changes: &[u8], settings: WriteSettings) -> Result<Vec<u8>, Error> {
-    if changes.is_empty() {
-        return Ok(stored.to_vec());
-    }
-    let value = format::decode(stored)?;
-    let incoming = estimate_client_bytes(changes)?;
-    if let Some(appended) = append(stored, &value, changes, settings, &incoming)? {
-        return Ok(appended);
-    }
-    settings
-        .load_limit
-        .check(&combined(&[estimate_stored(&value.summary, value.payload), incoming]))?;
-    let before = value.summary.heads;
-    let mut doc = load_stored(stored)?;
-    apply_to(&mut doc, changes)?;
-    if doc.get_heads() == before {
-        return Ok(stored.to_vec());
-    }
-    to_stored(&doc, settings)
-}
+use crate::{index_cache, kept_json, Error};
 
 /// The write without a load: `None` when the changes do not simply follow the stored
 /// document, and the caller must load. The write whose changes pass `append_limit` also
 /// saves the document anew: one load, but the JSON and the index are not built again.
-fn append(
+pub(super) fn append(
     stored: &[u8],
     value: &StoredValue<'_>,
     changes: &[u8],
@@ -228,32 +105,36 @@ fn append(
         (None, Some(json)) if settings.keep_json => Some(json),
         _ => None,
     };
-    // The stored index may lack a few appended changes, which the next write replays:
-    // encoding it is most of what an appended write costs on a long text.
-    let stored_structure = match stored_includes {
-        Some(includes) if folds || appended_changes - includes < REENCODE_AFTER => {
-            kept.structure.clone()
-        }
-        _ => Some(Cow::Owned(structure.encode(appended_changes))),
-    };
-    let kept = Kept { appended_changes, json, structure: stored_structure, ..kept };
+    let heads: Vec<ChangeHash> = heads.into_iter().collect();
     let summary = format::Summary {
         change_count: value.summary.change_count + new.len() as u64,
         op_count: value.summary.op_count + new_ops,
-        heads: heads.into_iter().collect(),
+        heads: heads.clone(),
     };
     let mut payload = value.payload.to_vec();
     for change in new {
         payload.extend_from_slice(change.raw_bytes());
     }
-    let mut appended = format::encode(&summary, &kept, &payload);
-    if folds {
+    let appended = if folds {
         // One load and a save, as a write that loads takes; the JSON and the index follow
-        // the changes already, so they are kept rather than built again from the load.
-        appended = compaction::saved_anew(&appended, structure.encode(0), settings)?;
-    }
+        // the changes already, so they are kept rather than built again from the load. The
+        // value built here goes to the save as it is, never encoded.
+        let kept = Kept { appended_changes, json, structure: None, ..kept };
+        let built =
+            StoredValue { version: FORMAT_VERSION, summary, kept: Some(kept), payload: &payload };
+        saved_anew(built, structure.encode(0), settings)?
+    } else {
+        // The stored index may lack a few appended changes, which the next write replays:
+        // encoding it is most of what an appended write costs on a long text.
+        let stored_structure = match stored_includes {
+            Some(includes) if appended_changes - includes < REENCODE_AFTER => kept.structure.take(),
+            _ => Some(Cow::Owned(structure.encode(appended_changes))),
+        };
+        let kept = Kept { appended_changes, json, structure: stored_structure, ..kept };
+        format::encode(&summary, &kept, &payload)
+    };
     if settings.index_cache_budget > 0 {
-        index_cache::keep(summary.heads, structure, settings.index_cache_budget);
+        index_cache::keep(heads, structure, settings.index_cache_budget);
     }
     Ok(Some(appended))
 }
@@ -277,11 +158,7 @@ fn held_index(
 
 /// Whether the kept JSON stays as it is: no edits, and already in the layout this build
 /// writes.
-fn unchanged(
-    json: &format::KeptJson<'_>,
-    edits: &[kept_json::JsonEdit],
-    settings: WriteSettings,
-) -> bool {
+fn unchanged(json: &format::KeptJson<'_>, edits: &[JsonEdit], settings: WriteSettings) -> bool {
     edits.is_empty() && json.layout == settings.json_codec.layout()
 }
 
@@ -312,7 +189,7 @@ fn deps_max_op(
 /// How many appended changes the stored structure index may lack: a write replays those
 /// (each costs about what applying it did: a mark on the rich text about 1 ms, its encode
 /// about 8 ms), and the write that would pass this encodes the index anew.
-const REENCODE_AFTER: u32 = 4;
+pub(super) const REENCODE_AFTER: u32 = 4;
 
 /// The structure index of a stored value as of its last change: what it keeps, with the
 /// appended changes it lacks replayed; and how many appended changes the kept one includes
@@ -357,7 +234,7 @@ impl<'a> Appended<'a> {
         let payload = self.payload;
         self.chunks
             .get_or_insert_with(|| {
-                let (_, appended) = crate::document::split_save(payload);
+                let (_, appended) = split_save(payload);
                 chunk::chunks(appended).map(|chunk| chunk.ok().map(|(_, bytes)| bytes)).collect()
             })
             .as_deref()
@@ -437,67 +314,3 @@ fn descends_from(change: &Change, ancestor: ChangeHash, batch: &[&Change]) -> bo
     }
     false
 }
-
-/// The changes in `bytes`, when they are nothing but well-formed change chunks.
-pub(crate) fn parse_changes(bytes: &[u8]) -> Option<Vec<Change>> {
-    chunk::chunks(bytes).map(|chunk| parse_change(chunk.ok()?.1)).collect()
-}
-
-/// One change chunk (plain or compressed) parsed; `None` for any other chunk.
-fn parse_change(chunk: &[u8]) -> Option<Change> {
-    if !matches!(chunk.get(8), Some(&(chunk::CHANGE | chunk::COMPRESSED_CHANGE))) {
-        return None;
-    }
-    let change = no_panic(|| Change::try_from(chunk)).ok()?.ok()?;
-    // Parsing does not check the checksum (the first bytes of the change's hash, also for
-    // a compressed chunk); every load does, and refuses the whole payload.
-    (chunk.get(4..8)? == &change.hash().0[..4]).then_some(change)
-}
-
-/// What loading several inputs into one document is estimated to take.
-fn combined(parts: &[LoadEstimate]) -> LoadEstimate {
-    parts.iter().fold(LoadEstimate { ops: 0, changes: 0, bytes: 0 }, |sum, part| LoadEstimate {
-        ops: sum.ops.saturating_add(part.ops),
-        changes: sum.changes.saturating_add(part.changes),
-        bytes: sum.bytes.saturating_add(part.bytes),
-    })
-}
-
-/// Applies Automerge bytes to a loaded document, refusing changes it cannot apply and
-/// changes that would keep its save from loading (see [`integrity`]).
-pub fn apply_to(doc: &mut Automerge, changes: &[u8]) -> Result<(), Error> {
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let before = doc.get_heads();
-    // Change chunks are checked before they are applied; a save among them, by the loader.
-    let marks = match parse_changes(changes) {
-        Some(parsed) => Some(integrity::check_incoming(doc, &parsed)?),
-        None => None,
-    };
-    // `load_incremental` skips whatever it fails to parse, so the bytes are parsed strictly
-    // first: bad bytes are an error, never a silently shorter write.
-    let strict = LoadOptions::new().on_partial_load(OnPartialLoad::Error);
-    let loaded = memory::timed_load(|| no_panic(|| Automerge::load_with_options(changes, strict)))
-        .map_err(Error::NotAutomerge)?;
-    match loaded {
-        Ok(mut incoming) if incoming.get_missing_deps(&[]).is_empty() => {
-            merge_unchecked(doc, &mut incoming)?;
-        }
-        // Well-formed, but needing changes that only `doc` may have.
-        Ok(_) | Err(AutomergeError::MissingDeps) => {
-            no_panic(|| doc.load_incremental(changes))
-                .map_err(Error::NotAutomerge)?
-                .map_err(|err| refused(err, Error::NotAutomerge))?;
-        }
-        Err(err) => return Err(Error::NotAutomerge(err.to_string())),
-    }
-    let missing = doc.get_missing_deps(&[]);
-    if !missing.is_empty() {
-        return Err(Error::MissingDependenciesOnApply(missing));
-    }
-    integrity::check_added(doc, &before, marks)
-}
-
-#[cfg(test)]
-mod tests;
