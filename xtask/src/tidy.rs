@@ -78,12 +78,7 @@ fn every_sql_function_is_documented() {
 /// `module::function` or `module::Type::method`) is a `fn` of that core module.
 #[test]
 fn every_sql_function_is_in_the_architecture_table() {
-    let architecture = read("docs/architecture.md");
-    let table = architecture
-        .split("## Every SQL function")
-        .nth(1)
-        .expect("docs/architecture.md has no section \"Every SQL function\"");
-    let table = table.split("\n## ").next().unwrap_or(table);
+    let table = architecture_section("Every SQL function");
     let mut rows = BTreeMap::new();
     for line in table.lines().filter(|line| line.starts_with("| `")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -123,6 +118,16 @@ fn every_sql_function_is_in_the_architecture_table() {
             );
         }
     }
+}
+
+/// The text of the architecture page's section `heading`, up to the next.
+fn architecture_section(heading: &str) -> String {
+    let architecture = read("docs/architecture.md");
+    let section = architecture
+        .split(&format!("## {heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/architecture.md has no section \"{heading}\""));
+    section.split("\n## ").next().unwrap_or(section).to_string()
 }
 
 /// Whether the Rust source `text` defines a function `name` (generic or not).
@@ -280,12 +285,7 @@ fn the_tree_is_formatted() {
 #[test]
 fn every_long_source_file_has_a_reason() {
     const LONGEST: usize = 600;
-    let architecture = read("docs/architecture.md");
-    let reasons = architecture
-        .split("## Files over 600 lines")
-        .nth(1)
-        .expect("docs/architecture.md has no section \"Files over 600 lines\"");
-    let reasons = reasons.split("\n## ").next().unwrap_or(reasons);
+    let reasons = architecture_section("Files over 600 lines");
     for file in files_below("", ".rs") {
         let lines = read(&file).lines().count();
         let name = file.strip_prefix(project_root()).unwrap().display().to_string();
