@@ -1,4 +1,5 @@
-//! The background compactor: a worker that saves stored values anew once writes have
+//! Compaction: `automerge_compact(doc)`, which saves one value anew now, and the
+//! background compactor, a worker that saves stored values anew once writes have
 //! appended changes to them, so that clients load a save again instead of a save and the
 //! changes after it, and writes seldom reach `append_limit`, where they would load the
 //! document themselves.
@@ -21,8 +22,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pg_automerge_core::compaction::Compacted;
-use pg_automerge_core::ErrorKind;
+use pg_automerge_core::compaction::{self, Compacted};
+use pg_automerge_core::{format, ErrorKind};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
@@ -32,7 +33,7 @@ use pgrx::spi::SpiTupleTable;
 use pgrx::{PgAtomic, PgSqlErrorCode};
 
 use crate::datum::StoredDoc;
-use crate::errors::raise_sqlstate;
+use crate::errors::{raise_sqlstate, OrRaise};
 use crate::gucs;
 use crate::memory::preloaded;
 
@@ -257,6 +258,26 @@ fn automerge_compactor_status(
     }
     let count = |counter: &PgAtomic<AtomicU64>| counter.get().load(Ordering::Relaxed) as i64;
     TableIterator::once((count(&COMPACTED), count(&ROWS_LEFT_UNSAFE)))
+}
+
+/// The document saved anew in the current format, with its JSON when `keep_jsonb` is on:
+/// what a write that loads stores. For values written by an older version, with appended
+/// changes, or without JSON.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
+    let compacted = format::decode(doc.stored())
+        .and_then(|value| compaction::compact(&value, gucs::write_settings()));
+    match compacted {
+        Ok(compacted) => StoredDoc::owned(compacted),
+        // Its new save would not load, or it does not load itself (a change an older
+        // version stored): the value stays as clients load it, and `UPDATE t SET doc =
+        // automerge_compact(doc)` goes on to the other rows.
+        Err(err) if err.kind() == ErrorKind::DataCorrupted => {
+            warning!("automerge_compact left the value as it is: {err}");
+            StoredDoc::owned(doc.stored().to_vec())
+        }
+        Err(err) => Err(err).or_raise("automerge_compact"),
+    }
 }
 
 /// The tables with `automerge` columns, the type's oid and the qualified name of

@@ -12,16 +12,15 @@
 //!   until the end of the transaction, for the merge of an upsert that follows, if it keeps
 //!   at most this much memory. 0 holds none.
 //! - `automerge_storage(doc)` shows what a value keeps and what loading it is estimated to
-//!   take; `automerge_compact(doc)` re-saves it with its JSON, as a write that loads would.
+//!   take; `automerge_compact(doc)` (in `compaction.rs`) re-saves it with its JSON, as a
+//!   write that loads would.
 
-use pg_automerge_core::compaction;
 use pg_automerge_core::estimate::estimate_stored;
-use pg_automerge_core::{format, ErrorKind};
+use pg_automerge_core::format;
 use pgrx::prelude::*;
 
 use crate::datum::{DocHeader, StoredDoc};
 use crate::errors::OrRaise;
-use crate::gucs;
 
 /// What a stored value holds: its format version, its size, the Automerge bytes, the kept
 /// JSON (null when it keeps none), how many changes were appended since its last save, the
@@ -71,26 +70,6 @@ fn automerge_storage(
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_appended_changes(doc: DocHeader<'_>) -> i32 {
     i32::try_from(doc.appended_changes).unwrap_or(i32::MAX)
-}
-
-/// The document saved anew in the current format, with its JSON when `keep_jsonb` is on:
-/// what a write that loads stores. For values written by an older version, with appended
-/// changes, or without JSON.
-#[pg_extern(immutable, strict, parallel_safe)]
-fn automerge_compact(doc: StoredDoc<'_>) -> StoredDoc<'static> {
-    let compacted = format::decode(doc.stored())
-        .and_then(|value| compaction::compact(&value, gucs::write_settings()));
-    match compacted {
-        Ok(compacted) => StoredDoc::owned(compacted),
-        // Its new save would not load, or it does not load itself (a change an older
-        // version stored): the value stays as clients load it, and `UPDATE t SET doc =
-        // automerge_compact(doc)` goes on to the other rows.
-        Err(err) if err.kind() == ErrorKind::DataCorrupted => {
-            warning!("automerge_compact left the value as it is: {err}");
-            StoredDoc::owned(doc.stored().to_vec())
-        }
-        Err(err) => Err(err).or_raise("automerge_compact"),
-    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
