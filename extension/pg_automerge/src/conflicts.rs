@@ -7,7 +7,7 @@ use pgrx::JsonB;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::loading;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_conflicts(
@@ -15,7 +15,7 @@ fn automerge_conflicts(
     path: Vec<String>,
 ) -> TableIterator<'static, (name!(value, JsonB), name!(op_id, String), name!(winner, bool))> {
     const FUNCTION: &str = "automerge_conflicts";
-    let loaded = stored::load(&doc, FUNCTION);
+    let loaded = loading::load(&doc, FUNCTION);
     let values = conflicts::conflicts(&loaded, &path).or_raise(FUNCTION);
     TableIterator::new(values.into_iter().map(|c| (JsonB(c.value), c.op_id, c.winner)))
 }

@@ -8,7 +8,7 @@ use pgrx::JsonB;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::loading;
 
 const FUNCTION: &str = "automerge_diff";
 
@@ -25,8 +25,8 @@ fn automerge_diff_to(doc: StoredDoc<'_>, from_heads: Vec<String>, to_heads: Vec<
 }
 
 fn patches(doc: &StoredDoc<'_>, from: &[String], to: Option<&[String]>) -> JsonB {
-    let from = stored::parse_heads(from, FUNCTION);
-    let to = to.map(|to| stored::parse_heads(to, FUNCTION));
+    let from = loading::parse_heads(from, FUNCTION);
+    let to = to.map(|to| loading::parse_heads(to, FUNCTION));
     let value = format::decode(doc.stored()).or_raise(FUNCTION);
     let loaded = diff::load_stored_for_diff(&value).or_raise(FUNCTION);
     JsonB(diff::diff(&loaded, &from, to.as_deref()).or_raise(FUNCTION))

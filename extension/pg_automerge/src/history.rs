@@ -8,7 +8,7 @@ use pgrx::prelude::*;
 
 use crate::datum::{DocHeader, LazyDoc, StoredDoc};
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::loading;
 
 /// Milliseconds from the Unix epoch to Postgres' epoch, 2000-01-01.
 const POSTGRES_EPOCH_MS: i64 = 946_684_800_000;
@@ -29,7 +29,7 @@ fn automerge_change_count(doc: DocHeader<'_>) -> i64 {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_has_changes(doc: LazyDoc<'_>, heads: Vec<String>) -> bool {
     const FUNCTION: &str = "automerge_has_changes";
-    let heads = stored::parse_heads(&heads, FUNCTION);
+    let heads = loading::parse_heads(&heads, FUNCTION);
     pg_automerge_core::history::has_changes(&doc, &heads).or_raise(FUNCTION)
 }
 
@@ -58,8 +58,8 @@ fn automerge_changes(
 > {
     const FUNCTION: &str = "automerge_changes";
     let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
-    let loaded = stored::load(&doc, FUNCTION);
-    let since = since.map(|texts| stored::parse_heads(&texts, FUNCTION));
+    let loaded = loading::load(&doc, FUNCTION);
+    let since = since.map(|texts| loading::parse_heads(&texts, FUNCTION));
     let changes = history::changes(&loaded, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|c| {
         let (m, bytes) = (c.meta, c.bytes);
@@ -89,8 +89,8 @@ fn automerge_changes_meta(
 > {
     const FUNCTION: &str = "automerge_changes_meta";
     let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
-    let loaded = stored::load(&doc, FUNCTION);
-    let since = since.map(|texts| stored::parse_heads(&texts, FUNCTION));
+    let loaded = loading::load(&doc, FUNCTION);
+    let since = since.map(|texts| loading::parse_heads(&texts, FUNCTION));
     let changes = history::changes_meta(&loaded, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|m| {
         let (seq, start_op, op_count) = (m.seq as i64, m.start_op as i64, m.op_count as i64);
@@ -115,8 +115,8 @@ fn timestamp(time_ms: i64) -> TimestampWithTimeZone {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_get_change(doc: StoredDoc<'_>, hash: String) -> Option<Vec<u8>> {
     const FUNCTION: &str = "automerge_get_change";
-    let hash = stored::parse_heads(std::slice::from_ref(&hash), FUNCTION);
-    let loaded = stored::load(&doc, FUNCTION);
+    let hash = loading::parse_heads(std::slice::from_ref(&hash), FUNCTION);
+    let loaded = loading::load(&doc, FUNCTION);
     history::change(&loaded, &hash[0]).or_raise(FUNCTION)
 }
 
@@ -139,8 +139,8 @@ fn automerge_contains_changes(doc: LazyDoc<'_>, changes: &[u8]) -> bool {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_save_since(doc: StoredDoc<'_>, since: Vec<String>) -> Vec<u8> {
     const FUNCTION: &str = "automerge_save_since";
-    let loaded = stored::load(&doc, FUNCTION);
-    let since = stored::parse_heads(&since, FUNCTION);
+    let loaded = loading::load(&doc, FUNCTION);
+    let since = loading::parse_heads(&since, FUNCTION);
     history::catch_up(&loaded, &since).or_raise(FUNCTION)
 }
 

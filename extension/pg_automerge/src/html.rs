@@ -6,7 +6,7 @@ use pgrx::prelude::*;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::loading;
 
 const FUNCTION: &str = "automerge_html";
 
@@ -22,7 +22,7 @@ fn automerge_html_at(doc: StoredDoc<'_>, path: Vec<String>, heads: Vec<String>) 
 }
 
 fn render(doc: &StoredDoc<'_>, path: &[String], heads: Option<&[String]>) -> String {
-    let (loaded, heads) = stored::load_at(doc, heads, FUNCTION);
+    let (loaded, heads) = loading::load_at(doc, heads, FUNCTION);
     html::html(&loaded, path, heads.as_deref()).or_raise(FUNCTION)
 }
 

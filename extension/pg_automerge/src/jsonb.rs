@@ -17,7 +17,7 @@ use pgrx::{pg_sys, IntoDatum, JsonB};
 use crate::datum::{LazyDoc, StoredDoc};
 use crate::errors::OrRaise;
 use crate::kept_json::{jsonb_from_text, kept_datum, JSONB};
-use crate::stored;
+use crate::loading;
 
 /// The document as `jsonb`. A value that keeps its JSON as `jsonb` hands it over as it is:
 /// its leading bytes fetched (header, actor table, JSON), decompressed into the result,
@@ -81,8 +81,8 @@ unsafe impl BoxRet for JsonbOut<'_> {
 /// The document as it was when its heads were `heads`.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_to_jsonb")]
 fn automerge_to_jsonb_at(doc: StoredDoc<'_>, heads: Vec<String>) -> JsonB {
-    let loaded = stored::load(&doc, "automerge_to_jsonb");
-    let heads = stored::known_heads(&loaded, &heads, "automerge_to_jsonb");
+    let loaded = loading::load(&doc, "automerge_to_jsonb");
+    let heads = loading::known_heads(&loaded, &heads, "automerge_to_jsonb");
     JsonB(json::document(&loaded, Some(&heads)).or_raise("automerge_to_jsonb"))
 }
 

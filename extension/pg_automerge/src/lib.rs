@@ -16,6 +16,7 @@ mod html;
 mod io;
 mod jsonb;
 mod kept_json;
+mod loading;
 mod markdown;
 mod memory;
 mod merge_agg;
@@ -24,7 +25,6 @@ mod notify;
 mod repair;
 mod spans;
 mod storage;
-mod stored;
 mod writes;
 
 ::pgrx::pg_module_magic!(name, version);

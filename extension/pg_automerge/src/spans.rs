@@ -7,7 +7,7 @@ use pgrx::JsonB;
 
 use crate::datum::StoredDoc;
 use crate::errors::OrRaise;
-use crate::stored;
+use crate::loading;
 
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_spans(doc: StoredDoc<'_>, path: Vec<String>) -> JsonB {
@@ -21,7 +21,7 @@ fn automerge_spans_at(doc: StoredDoc<'_>, path: Vec<String>, heads: Vec<String>)
 }
 
 fn spans_of(doc: &StoredDoc<'_>, path: &[String], heads: Option<&[String]>) -> JsonB {
-    let (loaded, heads) = stored::load_at(doc, heads, "automerge_spans");
+    let (loaded, heads) = loading::load_at(doc, heads, "automerge_spans");
     JsonB(spans::spans(&loaded, path, heads.as_deref()).or_raise("automerge_spans"))
 }
 

@@ -1,4 +1,5 @@
-//! Loading stored values, and checking heads given as arguments against them.
+//! Loading stored values for the reads that need the whole document, and checking heads
+//! given as arguments against them; it defines no SQL of its own.
 
 use pg_automerge_core::{format, heads, load};
 
