@@ -12,10 +12,9 @@ use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
 use fixtures::js_edits::{self, counter_key};
 use fixtures::load_mix::{self, Query};
+use fixtures::row_documents::{document, sample_index};
 use serde_json::Value as Json;
 use tokio_postgres::{Client, Statement};
-
-use crate::distributed::{document, sample_index};
 
 /// Rows of the table when a run begins.
 pub const DOCUMENTS: i64 = 256;

@@ -12,11 +12,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
+use cluster_tests::CITUS_DATABASE as DATABASE;
+use fixtures::row_documents::document;
 use xshell::Shell;
 
 use crate::citus;
 use crate::cluster::Cluster;
-use crate::distributed::{document, Nodes, DATABASE};
+use crate::distributed::Nodes;
 use crate::flags::{CitusBenchFlags, SetupFlags};
 use crate::install::PgInstall;
 use crate::project_root;
