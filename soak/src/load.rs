@@ -13,10 +13,11 @@ use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, AutoCommit, Change, ROOT};
 use fixtures::js_edits::{self as edits, counter_key, EditKind};
 use fixtures::load_mix::{self, Growth, Step};
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::Client;
 
 use crate::documents::Catalogue;
 use crate::Config;
+use statements::Statements;
 
 pub const TABLE: &str = "soak_documents";
 pub const CHANNEL: &str = "soak_documents_changed";
@@ -31,6 +32,8 @@ const CONNECTION_MEMORY_EVERY_SECS: f64 = 10.0;
 const LARGE_FORKS_KEPT: usize = 1;
 
 pub use fixtures::load_mix::Query;
+
+mod statements;
 
 /// A statement that ran: when (seconds since the load began), how long, on what.
 #[derive(Clone, Copy)]
@@ -331,60 +334,6 @@ pub struct IdleHeap {
     pub index_cache_bytes: i64,
     /// Once `pg_automerge.index_cache = 0` let the held indexes go: whatever else stayed.
     pub without_indexes: i64,
-}
-
-/// The statements a worker runs, prepared once per connection.
-struct Statements {
-    insert: Statement,
-    incremental: Statement,
-    title: Statement,
-    containment: Statement,
-    spans: Statement,
-    history: Statement,
-    merge: Statement,
-    loads: Statement,
-    memory: Statement,
-}
-
-impl Statements {
-    async fn prepare(client: &Client) -> Result<Statements> {
-        Ok(Statements {
-            insert: client.prepare(&insert_sql()).await?,
-            incremental: client
-                .prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2"))
-                .await?,
-            title: client.prepare(&format!("SELECT doc->>'title' FROM {TABLE} WHERE id = $1")).await?,
-            containment: client
-                .prepare(&format!("SELECT count(*) FROM {TABLE} WHERE body @> $1::text::jsonb"))
-                .await?,
-            spans: client
-                .prepare(&format!("SELECT jsonb_array_length(automerge_spans(doc, $2::text[])) FROM {TABLE} WHERE id = $1"))
-                .await?,
-            history: client
-                .prepare(&format!(
-                    "SELECT cardinality(automerge_heads(d.doc)), c.changes,
-                            automerge_to_jsonb(d.doc, c.first) IS NOT NULL
-                     FROM {TABLE} d, LATERAL (
-                         SELECT count(*) AS changes, (array_agg(hash))[1:1] AS first FROM automerge_changes(d.doc)
-                     ) c
-                     WHERE d.id = $1"
-                ))
-                .await?,
-            merge: client
-                .prepare(&format!(
-                    "SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"
-                ))
-                .await?,
-            loads: client.prepare("SELECT loads FROM automerge_memory_usage()").await?,
-            memory: client
-                .prepare(
-                    "SELECT u.allocated_bytes::bigint, u.resident_bytes::bigint,
-                            (SELECT sum(total_bytes) FROM pg_backend_memory_contexts)::bigint
-                     FROM automerge_memory_usage() u",
-                )
-                .await?,
-        })
-    }
 }
 
 /// One connection of the soak: its backend, its replicas of the rows it writes, and when
