@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use automerge::Automerge;
+use benches::measurements::{client_load, CLIENT_LOAD_COMPACTED};
 use benches::{
     configure, criterion, fixtures, js_fixtures, quick, record_time, selected, Author, ClientWrite,
     Fixture, AUTOMERGE, JS_CLIENT,
@@ -25,8 +26,6 @@ use pg_automerge_core::{format, writes};
 
 /// How many appended changes each measured value has.
 const APPENDED: [u32; 5] = [0, 1, 4, 16, DEFAULT_APPEND_LIMIT];
-/// The value with the most appended changes once the background compactor has folded them in.
-const COMPACTED: &str = "client/load after compaction";
 
 /// A measured value: after so many appended changes, or `None` once compacted.
 type Returned = Option<u32>;
@@ -38,8 +37,8 @@ fn returned() -> impl Iterator<Item = Returned> {
 
 fn main() {
     let group = |returned: Returned| match returned {
-        Some(appended) => format!("client/load after {appended} appended"),
-        None => COMPACTED.to_string(),
+        Some(appended) => format!("client/{}", client_load(appended)),
+        None => format!("client/{CLIENT_LOAD_COMPACTED}"),
     };
     let wanted = |fixture: &Fixture| {
         returned().any(|n| {

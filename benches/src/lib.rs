@@ -1,6 +1,8 @@
 //! What the benchmarks share: which fixtures a run uses, criterion's settings, the small
 //! changes writes apply, and the files where peak heap, loads and storage measurements are
-//! written.
+//! written; and what judges a run beside them: what it measured (`measurements`), the
+//! performance goals it meets or misses (`goals`), and how their figures read (`figures`),
+//! which `cargo xtask bench` reports.
 //!
 //! `cargo xtask bench` sets the environment variables read here; run by hand, the benches
 //! default to the Operations-scale fixtures under `target/fixtures`.
@@ -16,6 +18,10 @@ use automerge::{ActorId, AutoCommit, ObjType, ReadDoc, ScalarValue, ROOT};
 use criterion::{Criterion, SamplingMode};
 use fixtures::generated::{cached, Kind, Scale, Spec};
 use pg_automerge_core::memory;
+
+pub mod figures;
+pub mod goals;
+pub mod measurements;
 
 /// The variant measured: ours, or one of the baselines measured beside it in the same run.
 pub const OURS: &str = "pg_automerge";
@@ -309,6 +315,11 @@ impl ClientWrite {
     ];
 
     /// The benchmark group's name.
+    /// The operation the report and the goals name it by: its group without the level.
+    pub fn operation(self) -> &'static str {
+        self.group().strip_prefix("sql/").expect("client writes are timed at the SQL level")
+    }
+
     pub fn group(self) -> &'static str {
         match self {
             ClientWrite::TitleAsText => "sql/client write: string as text",

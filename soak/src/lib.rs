@@ -107,7 +107,7 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let mut workers = Vec::new();
     for worker in 0..config.connections {
         let client = server.connect().await?;
-        workers.push(tokio::spawn(load::work(worker, client, state.clone(), deadline)));
+        workers.push(tokio::spawn(load::work(worker, client, state.clone())));
     }
     let samples =
         sampler::sample_until(&server, &setup, &state, &listener, begun, deadline).await?;

@@ -1,20 +1,23 @@
-//! The mixed load: each connection runs writes and reads picked at random, and the table
-//! grows on a schedule. Everything that succeeded or failed is logged for the sampler,
-//! the checks and the report.
+//! The mixed load, as the soak's connections run it: [`fixtures::load_mix::drive`] picks
+//! each step (writes and reads by the mix's weights, inserts on the table's growth
+//! schedule), and a [`Worker`] runs it on rows any connection may write. Everything that
+//! succeeded or failed is logged for the sampler, the checks and the report.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, AutoCommit, Change, ROOT};
 use fixtures::js_edits::{self as edits, counter_key, EditKind};
+use fixtures::load_mix::{self, Growth, Step};
 use tokio_postgres::Client;
 
 use crate::documents::Catalogue;
 use crate::Config;
+use statements::Statements;
 
 pub const TABLE: &str = "soak_documents";
 pub const CHANNEL: &str = "soak_documents_changed";
@@ -29,6 +32,8 @@ const CONNECTION_MEMORY_EVERY_SECS: f64 = 10.0;
 const LARGE_FORKS_KEPT: usize = 1;
 
 pub use fixtures::load_mix::Query;
+
+mod statements;
 
 /// A statement that ran: when (seconds since the load began), how long, on what.
 #[derive(Clone, Copy)]
@@ -84,15 +89,14 @@ pub struct Log {
 pub struct State {
     pub config: Config,
     pub catalogue: Arc<Catalogue>,
-    /// The next id to insert.
-    next_id: AtomicI64,
+    /// The run's clock and the table's growth schedule, from when the load begins.
+    growth: OnceLock<Growth>,
     /// Ids whose insert committed, for picking rows to read and write.
     rows: RwLock<Vec<i64>>,
     /// Each connection's count of writes, the value it puts under its key `soak_w<N>`.
     write_counts: Vec<AtomicU64>,
     /// The actors whose changes each row holds besides its document's.
     writers: Mutex<HashMap<i64, HashSet<ActorId>>>,
-    begun: Mutex<Option<Instant>>,
     pub log: Mutex<Log>,
 }
 
@@ -102,11 +106,10 @@ impl State {
         State {
             config,
             catalogue,
-            next_id: AtomicI64::new(1),
+            growth: OnceLock::new(),
             rows: RwLock::new(Vec::new()),
             write_counts,
             writers: Mutex::new(HashMap::new()),
-            begun: Mutex::new(None),
             log: Mutex::new(Log::default()),
         }
     }
@@ -114,8 +117,7 @@ impl State {
     /// Inserts the first rows, before the clock starts.
     pub async fn seed_initial(&self, client: &Client) -> Result<()> {
         let statement = client.prepare(&insert_sql()).await?;
-        for _ in 0..self.config.initial_documents {
-            let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        for id in 1..=self.config.initial_documents as i64 {
             let document = self.catalogue.for_id(id);
             client.execute(&statement, &[&id, &document.name, &document.save]).await?;
             self.committed_insert(id);
@@ -142,14 +144,21 @@ impl State {
         writers.get(&id).is_some_and(|actors| actors.iter().any(|other| other != actor))
     }
 
-    /// Starts the clock of [`State::seconds`], when the load begins.
+    /// Starts the clock of [`State::seconds`] and the table's growth, when the load begins.
     pub fn start_clock(&self, begun: Instant) {
-        *self.begun.lock().unwrap() = Some(begun);
+        let duration = Duration::from_secs(self.config.duration_secs);
+        let (initial, last) = (self.config.initial_documents, self.config.final_documents);
+        let growth = Growth::new(begun, duration, initial as i64, last as i64);
+        assert!(self.growth.set(growth).is_ok(), "the load's clock starts once");
+    }
+
+    fn growth(&self) -> &Growth {
+        self.growth.get().expect("the load's clock has started")
     }
 
     /// Seconds since the load began.
     pub fn seconds(&self) -> f64 {
-        self.begun.lock().unwrap().map_or(0.0, |begun| begun.elapsed().as_secs_f64())
+        self.growth.get().map_or(0.0, Growth::seconds)
     }
 
     pub fn row_count(&self) -> usize {
@@ -158,18 +167,6 @@ impl State {
 
     pub fn successful_writes(&self) -> usize {
         self.log.lock().unwrap().writes.len()
-    }
-
-    /// Claims the next id when the table is behind its growth schedule.
-    fn claim_insert(&self) -> Option<i64> {
-        let progress = (self.seconds() / self.config.duration_secs as f64).min(1.0);
-        let growth = (self.config.final_documents - self.config.initial_documents) as f64;
-        let target = (self.config.initial_documents as f64 + growth * progress).floor() as i64;
-        let next = self.next_id.load(Ordering::SeqCst);
-        if next > target {
-            return None;
-        }
-        self.next_id.compare_exchange(next, next + 1, Ordering::SeqCst, Ordering::SeqCst).ok()
     }
 
     fn random_row(&self, rng: &mut fastrand::Rng) -> i64 {
@@ -339,104 +336,102 @@ pub struct IdleHeap {
     pub without_indexes: i64,
 }
 
-/// Runs the mix on one connection until `deadline`; returns the backend's Rust heap
-/// between statements at the end.
-pub async fn work(
+/// One connection of the soak: its backend, its replicas of the rows it writes, and when
+/// it next measures its backend.
+pub struct Worker {
     worker: usize,
     client: Client,
     state: Arc<State>,
-    deadline: Instant,
-) -> Result<IdleHeap> {
-    let mut rng = fastrand::Rng::with_seed(worker as u64 + 1);
-    let mut replicas = Replicas::default();
-    let insert = client.prepare(&insert_sql()).await?;
-    let incremental =
-        client.prepare(&format!("UPDATE {TABLE} SET doc = doc || $1::bytea WHERE id = $2")).await?;
-    let title = client.prepare(&format!("SELECT doc->>'title' FROM {TABLE} WHERE id = $1")).await?;
-    let containment = client
-        .prepare(&format!("SELECT count(*) FROM {TABLE} WHERE body @> $1::text::jsonb"))
-        .await?;
-    let spans = client
-        .prepare(&format!("SELECT jsonb_array_length(automerge_spans(doc, $2::text[])) FROM {TABLE} WHERE id = $1"))
-        .await?;
-    let history = client
-        .prepare(&format!(
-            "SELECT cardinality(automerge_heads(d.doc)), c.changes,
-                    automerge_to_jsonb(d.doc, c.first) IS NOT NULL
-             FROM {TABLE} d, LATERAL (
-                 SELECT count(*) AS changes, (array_agg(hash))[1:1] AS first FROM automerge_changes(d.doc)
-             ) c
-             WHERE d.id = $1"
-        ))
-        .await?;
-    let merge = client
-        .prepare(&format!(
-            "SELECT automerge_change_count(merge_agg(doc)) FROM {TABLE} WHERE id = ANY($1)"
-        ))
-        .await?;
-    let loads = client.prepare("SELECT loads FROM automerge_memory_usage()").await?;
-    let memory = client
-        .prepare(
-            "SELECT u.allocated_bytes::bigint, u.resident_bytes::bigint,
-                    (SELECT sum(total_bytes) FROM pg_backend_memory_contexts)::bigint
-             FROM automerge_memory_usage() u",
-        )
-        .await?;
-    let mut next_memory_sample = 0.0;
+    statements: Statements,
+    rng: fastrand::Rng,
+    replicas: Replicas,
+    next_memory_sample: f64,
+}
 
-    while Instant::now() < deadline {
-        if state.seconds() >= next_memory_sample {
-            let row = client.query_one(&memory, &[]).await?;
-            state.log.lock().unwrap().connection_memory.push(ConnectionMemory {
-                worker,
-                at: state.seconds(),
-                heap_bytes: row.get(0),
-                resident_bytes: row.get(1),
-                context_bytes: row.get(2),
-            });
-            next_memory_sample = state.seconds() + CONNECTION_MEMORY_EVERY_SECS;
+/// Runs the mix on one connection until the load's deadline; returns the backend's Rust
+/// heap between statements at the end.
+pub async fn work(worker: usize, client: Client, state: Arc<State>) -> Result<IdleHeap> {
+    let statements = Statements::prepare(&client).await?;
+    let mut connection = Worker {
+        worker,
+        client,
+        state: state.clone(),
+        statements,
+        rng: fastrand::Rng::with_seed(worker as u64 + 1),
+        replicas: Replicas::default(),
+        next_memory_sample: 0.0,
+    };
+    load_mix::drive(&mut connection, state.growth()).await?;
+    connection.idle_heap().await
+}
+
+impl Worker {
+    /// Measures the backend between statements, every [`CONNECTION_MEMORY_EVERY_SECS`].
+    async fn sample_memory(&mut self) -> Result<()> {
+        if self.state.seconds() < self.next_memory_sample {
+            return Ok(());
         }
-        if let Some(id) = state.claim_insert() {
-            let document = state.catalogue.for_id(id);
-            let started = Instant::now();
-            let outcome =
-                client.execute(&insert, &[&id, &document.name, &document.save]).await.map(drop);
-            if state.record(Query::Insert, Some(id), started, outcome) {
-                state.committed_insert(id);
-            }
-            continue;
+        let row = self.client.query_one(&self.statements.memory, &[]).await?;
+        self.state.log.lock().unwrap().connection_memory.push(ConnectionMemory {
+            worker: self.worker,
+            at: self.state.seconds(),
+            heap_bytes: row.get(0),
+            resident_bytes: row.get(1),
+            context_bytes: row.get(2),
+        });
+        self.next_memory_sample = self.state.seconds() + CONNECTION_MEMORY_EVERY_SECS;
+        Ok(())
+    }
+
+    async fn insert(&mut self, id: i64) -> Result<()> {
+        let document = self.state.catalogue.for_id(id);
+        let started = Instant::now();
+        let outcome = self
+            .client
+            .execute(&self.statements.insert, &[&id, &document.name, &document.save])
+            .await
+            .map(drop);
+        if self.state.record(Query::Insert, Some(id), started, outcome) {
+            self.state.committed_insert(id);
         }
-        let query = Query::pick(&mut rng);
+        Ok(())
+    }
+
+    async fn statement(&mut self, query: Query) -> Result<()> {
         match query {
             Query::Incremental => {
-                let id = state.row_to_write(&mut rng);
-                let generation = replicas.generation(id);
-                let document = state.catalogue.for_id(id);
-                let used = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
-                if !replicas.forks.contains_key(&id) && document.large {
-                    if let Some(dropped) = large_fork_to_drop(&replicas.forks) {
-                        replicas.drop_fork(dropped);
+                let id = self.state.row_to_write(&mut self.rng);
+                let generation = self.replicas.generation(id);
+                let document = self.state.catalogue.for_id(id);
+                let used = self.state.write_counts[self.worker].fetch_add(1, Ordering::SeqCst) + 1;
+                if !self.replicas.forks.contains_key(&id) && document.large {
+                    if let Some(dropped) = large_fork_to_drop(&self.replicas.forks) {
+                        self.replicas.drop_fork(dropped);
                     }
                 }
-                let fork = replicas.forks.entry(id).or_insert_with(|| Fork {
-                    doc: document.fork(actor(Role::Fork, worker, id, generation)),
+                let fork = self.replicas.forks.entry(id).or_insert_with(|| Fork {
+                    doc: document.fork(actor(Role::Fork, self.worker, id, generation)),
                     large: document.large,
                     used,
                 });
                 fork.used = used;
-                let kind = edits::edit(&mut fork.doc, &mut rng, worker, used)?;
+                let kind = edits::edit(&mut fork.doc, &mut self.rng, self.worker, used)?;
                 let change = commit(&mut fork.doc);
-                let concurrent = state.written_by_others(id, fork.doc.get_actor());
-                let before: i64 = client.query_one(&loads, &[]).await?.get(0);
+                let concurrent = self.state.written_by_others(id, fork.doc.get_actor());
+                let before: i64 = self.client.query_one(&self.statements.loads, &[]).await?.get(0);
                 let started = Instant::now();
-                let outcome = client.execute(&incremental, &[&change.raw_bytes(), &id]).await;
+                let outcome = self
+                    .client
+                    .execute(&self.statements.incremental, &[&change.raw_bytes(), &id])
+                    .await;
                 let millis = started.elapsed().as_secs_f64() * 1000.0;
                 let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
-                if state.record(query, Some(id), started, outcome.map(drop)) {
-                    let after: i64 = client.query_one(&loads, &[]).await?.get(0);
+                if self.state.record(query, Some(id), started, outcome.map(drop)) {
+                    let after: i64 =
+                        self.client.query_one(&self.statements.loads, &[]).await?.get(0);
                     if updated {
-                        state.committed_write(id, query, &change, fork.doc.get_actor());
-                        state.log.lock().unwrap().incremental_loads.push(IncrementalLoads {
+                        self.state.committed_write(id, query, &change, fork.doc.get_actor());
+                        self.state.log.lock().unwrap().incremental_loads.push(IncrementalLoads {
                             kind,
                             large: document.large,
                             concurrent,
@@ -445,92 +440,135 @@ pub async fn work(
                         });
                     }
                 } else {
-                    replicas.forget(id);
+                    self.replicas.forget(id);
                 }
             }
             Query::Upsert => {
-                let id = state.row_to_write(&mut rng);
-                let generation = replicas.generation(id);
-                let replica = replicas.upserts.entry(id).or_insert_with(|| {
-                    AutoCommit::new().with_actor(actor(Role::Upsert, worker, id, generation))
+                let id = self.state.row_to_write(&mut self.rng);
+                let generation = self.replicas.generation(id);
+                let replica = self.replicas.upserts.entry(id).or_insert_with(|| {
+                    AutoCommit::new().with_actor(actor(Role::Upsert, self.worker, id, generation))
                 });
-                let count = state.write_counts[worker].fetch_add(1, Ordering::SeqCst) + 1;
-                replica.put(ROOT, counter_key(worker), count as i64)?;
-                let note: String = (0..rng.usize(64..512)).map(|_| rng.alphanumeric()).collect();
-                replica.put(ROOT, format!("soak_note_w{worker}"), note)?;
+                let count = self.state.write_counts[self.worker].fetch_add(1, Ordering::SeqCst) + 1;
+                replica.put(ROOT, counter_key(self.worker), count as i64)?;
+                let note: String =
+                    (0..self.rng.usize(64..512)).map(|_| self.rng.alphanumeric()).collect();
+                replica.put(ROOT, format!("soak_note_w{}", self.worker), note)?;
                 let change = commit(replica);
                 let save = replica.save();
                 let started = Instant::now();
-                let outcome =
-                    client.execute(&insert, &[&id, &state.catalogue.for_id(id).name, &save]).await;
+                let outcome = self
+                    .client
+                    .execute(
+                        &self.statements.insert,
+                        &[&id, &self.state.catalogue.for_id(id).name, &save],
+                    )
+                    .await;
                 let updated = outcome.as_ref().is_ok_and(|&rows| rows == 1);
-                if state.record(query, Some(id), started, outcome.map(drop)) {
+                if self.state.record(query, Some(id), started, outcome.map(drop)) {
                     if updated {
-                        state.committed_write(id, query, &change, replica.get_actor());
+                        self.state.committed_write(id, query, &change, replica.get_actor());
                     }
                 } else {
-                    replicas.forget(id);
+                    self.replicas.forget(id);
                 }
             }
             Query::Title => {
-                let id = state.random_row(&mut rng);
+                let id = self.state.random_row(&mut self.rng);
                 let started = Instant::now();
-                let outcome = client.query_one(&title, &[&id]).await.map(drop);
-                state.record(query, Some(id), started, outcome);
+                let outcome = self.client.query_one(&self.statements.title, &[&id]).await.map(drop);
+                self.state.record(query, Some(id), started, outcome);
             }
             Query::Containment => {
-                let other = rng.usize(..state.config.connections);
-                let written = state.write_counts[other].load(Ordering::SeqCst).max(1);
-                let pattern =
-                    serde_json::json!({ counter_key(other): rng.u64(1..=written) }).to_string();
+                let other = self.rng.usize(..self.state.config.connections);
+                let written = self.state.write_counts[other].load(Ordering::SeqCst).max(1);
+                let pattern = serde_json::json!({ counter_key(other): self.rng.u64(1..=written) })
+                    .to_string();
                 let started = Instant::now();
-                let outcome = client.query_one(&containment, &[&pattern]).await.map(drop);
-                state.record(query, None, started, outcome);
+                let outcome = self
+                    .client
+                    .query_one(&self.statements.containment, &[&pattern])
+                    .await
+                    .map(drop);
+                self.state.record(query, None, started, outcome);
             }
             Query::Spans => {
-                let Some(id) = state.row_where(&mut rng, |document| document.text_path.is_some())
+                let Some(id) =
+                    self.state.row_where(&mut self.rng, |document| document.text_path.is_some())
                 else {
-                    continue;
+                    return Ok(());
                 };
-                let path = state.catalogue.for_id(id).text_path.clone();
+                let path = self.state.catalogue.for_id(id).text_path.clone();
                 let started = Instant::now();
-                let outcome = client.query_one(&spans, &[&id, &path]).await.map(drop);
-                state.record(query, Some(id), started, outcome);
+                let outcome =
+                    self.client.query_one(&self.statements.spans, &[&id, &path]).await.map(drop);
+                self.state.record(query, Some(id), started, outcome);
             }
             Query::History => {
-                let id = state.random_row(&mut rng);
+                let id = self.state.random_row(&mut self.rng);
                 let started = Instant::now();
-                let outcome = client.query_one(&history, &[&id]).await.map(drop);
-                state.record(query, Some(id), started, outcome);
+                let outcome =
+                    self.client.query_one(&self.statements.history, &[&id]).await.map(drop);
+                self.state.record(query, Some(id), started, outcome);
             }
             Query::MergeAgg => {
                 // Replicas of one document: rows made from the same fixture, each with its own
                 // writes. (Unrelated documents may reuse an actor's sequence numbers, which
                 // Automerge refuses to merge.)
-                let Some(first) = state.row_where(&mut rng, |document| !document.large) else {
-                    continue;
+                let Some(first) = self.state.row_where(&mut self.rng, |document| !document.large)
+                else {
+                    return Ok(());
                 };
-                let name = state.catalogue.for_id(first).name.clone();
+                let name = self.state.catalogue.for_id(first).name.clone();
                 let mut ids = vec![first];
-                ids.extend(
-                    (0..2).filter_map(|_| {
-                        state.row_where(&mut rng, |document| document.name == name)
-                    }),
-                );
+                ids.extend((0..2).filter_map(|_| {
+                    self.state.row_where(&mut self.rng, |document| document.name == name)
+                }));
                 let started = Instant::now();
-                let outcome = client.query_one(&merge, &[&ids]).await.map(drop);
-                state.record(query, None, started, outcome);
+                let outcome =
+                    self.client.query_one(&self.statements.merge, &[&ids]).await.map(drop);
+                self.state.record(query, None, started, outcome);
             }
             Query::Insert => unreachable!("inserts follow the growth schedule, not the mix"),
         }
+        Ok(())
     }
-    let bytes: i64 = client.query_one(&memory, &[]).await?.get(0);
-    let index_cache_mb: String = client
-        .query_one("SELECT setting FROM pg_settings WHERE name = 'pg_automerge.index_cache'", &[])
-        .await?
-        .get(0);
-    // The SET's transaction end lets the held indexes go.
-    client.batch_execute("SET pg_automerge.index_cache = 0").await?;
-    let without_indexes: i64 = client.query_one(&memory, &[]).await?.get(0);
-    Ok(IdleHeap { bytes, index_cache_bytes: index_cache_mb.parse::<i64>()? << 20, without_indexes })
+
+    /// The backend's Rust heap between statements once the load stopped.
+    async fn idle_heap(self) -> Result<IdleHeap> {
+        let bytes: i64 = self.client.query_one(&self.statements.memory, &[]).await?.get(0);
+        let index_cache_mb: String = self
+            .client
+            .query_one(
+                "SELECT setting FROM pg_settings WHERE name = 'pg_automerge.index_cache'",
+                &[],
+            )
+            .await?
+            .get(0);
+        // The SET's transaction end lets the held indexes go.
+        self.client.batch_execute("SET pg_automerge.index_cache = 0").await?;
+        let without_indexes: i64 =
+            self.client.query_one(&self.statements.memory, &[]).await?.get(0);
+        Ok(IdleHeap {
+            bytes,
+            index_cache_bytes: index_cache_mb.parse::<i64>()? << 20,
+            without_indexes,
+        })
+    }
+}
+
+impl load_mix::Connection for Worker {
+    type Error = anyhow::Error;
+
+    fn rng(&mut self) -> &mut fastrand::Rng {
+        &mut self.rng
+    }
+
+    async fn run_step(&mut self, step: Step) -> Result<()> {
+        self.sample_memory().await?;
+        match step {
+            Step::Insert(id) => self.insert(id).await,
+            Step::Statement(query) => self.statement(query).await,
+        }
+    }
 }

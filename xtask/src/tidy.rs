@@ -451,28 +451,31 @@ const CORE_LAYERS: &[&[&str]] = &[
     &["compaction"],
 ];
 
-/// The reliability tests run only on the clusters that xtask provisions: each is
+/// The reliability and Citus tests run only on the clusters that xtask provisions: each is
 /// `#[ignore]`d, so that a plain `cargo test` (the snapshots step's) leaves it out, and the
 /// tests whose names xtask's reliability step reads exist.
 #[test]
-fn reliability_tests_are_ignored_and_named_as_xtask_reads_them() {
+fn provisioned_cluster_tests_are_ignored_and_named_as_xtask_reads_them() {
     use crate::reliability::{CRASH_TESTS, FROZEN_SCRIPT_TEST, UPGRADE_TEST};
 
-    let dir = "extension/cluster_tests/tests/reliability";
-    for file in files_below(dir, ".rs") {
-        let text = fs::read_to_string(&file).unwrap();
-        let lines: Vec<&str> = text.lines().map(str::trim).collect();
-        for (at, line) in lines.iter().enumerate() {
-            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
-                assert!(
-                    lines.get(at + 1).is_some_and(|next| next.starts_with("#[ignore")),
-                    "{}:{}: a reliability test without #[ignore] after its #[test]",
-                    file.display(),
-                    at + 1
-                );
+    for dir in ["extension/cluster_tests/tests/reliability", "extension/cluster_tests/tests/citus"]
+    {
+        for file in files_below(dir, ".rs") {
+            let text = fs::read_to_string(&file).unwrap();
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (at, line) in lines.iter().enumerate() {
+                if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                    assert!(
+                        lines.get(at + 1).is_some_and(|next| next.starts_with("#[ignore")),
+                        "{}:{}: a test of provisioned clusters without #[ignore] after its #[test]",
+                        file.display(),
+                        at + 1
+                    );
+                }
             }
         }
     }
+    let dir = "extension/cluster_tests/tests/reliability";
     for name in CRASH_TESTS.into_iter().chain([FROZEN_SCRIPT_TEST, UPGRADE_TEST]) {
         let (module, test) = name.split_once("::").unwrap();
         assert!(

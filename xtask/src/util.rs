@@ -66,28 +66,6 @@ impl std::fmt::Display for Counts {
     }
 }
 
-/// Named checks, each printed as it passes or fails, and counted.
-#[derive(Default)]
-pub struct Checks {
-    pub counts: Counts,
-}
-
-impl Checks {
-    pub fn run(&mut self, name: &str, check: impl FnOnce() -> Result<()>) {
-        let started = Instant::now();
-        match check() {
-            Ok(()) => {
-                self.counts.passed += 1;
-                note(format!("ok ({:.1}s): {name}", started.elapsed().as_secs_f64()));
-            }
-            Err(err) => {
-                self.counts.failed += 1;
-                note(format!("FAILED: {name}: {err:#}"));
-            }
-        }
-    }
-}
-
 /// Runs a `cargo test`-like command, passing its output through, and adds up the
 /// `test result:` lines it prints. Fails when the command fails without a failing test
 /// (a build error, say).

@@ -1,7 +1,7 @@
 //! Helpers for tests that talk to a real cluster, the one `cargo xtask test` starts for
 //! each PostgreSQL major (with the extension and the sample documents loaded). xtask names
 //! it through two environment variables. `server` controls clusters and `versions` knows
-//! the extension's SQL versions, for the reliability tests and for xtask alike.
+//! the extension's SQL versions, for the reliability and Citus tests and for xtask alike.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -24,6 +24,14 @@ pub const SERVER_LOG_ENV: &str = "PG_AUTOMERGE_SERVER_LOG";
 pub const RELIABILITY_PRIMARY: &str = "PRIMARY";
 pub const RELIABILITY_STANDBY: &str = "STANDBY";
 pub const RELIABILITY_SUBSCRIBER: &str = "SUBSCRIBER";
+/// The roles the Citus tests' servers are handed over as: a coordinator and two workers.
+pub const CITUS_COORDINATOR: &str = "CITUS_COORDINATOR";
+pub const CITUS_WORKERS: [&str; 2] = ["CITUS_WORKER_1", "CITUS_WORKER_2"];
+/// The database every Citus node serves: Citus needs the same name on each.
+pub const CITUS_DATABASE: &str = "citus_documents";
+/// The release the Citus tests create first and update from, whose install script xtask
+/// puts beside the current version's.
+pub const CITUS_OLDER_RELEASE: &str = "0.4.0";
 
 /// The database of the test cluster where the background compactor works, apart from the
 /// samples' database: there, other tests see values as their writes left them.

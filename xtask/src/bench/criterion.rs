@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use super::{Row, StorageMeasure};
+use benches::measurements::{Row, StorageMeasure};
 
 #[derive(Deserialize)]
 struct BenchmarkJson {
@@ -201,8 +201,11 @@ pub(super) fn storage_csv(measures: &[StorageMeasure]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::tests::row;
-    use crate::bench::{JSONB, NAIVE, OURS};
+    use benches::{JSONB, NAIVE, OURS};
+
+    fn row(level: &str, operation: &str, variant: &str, median_ns: f64) -> Row {
+        Row::example(level, operation, variant, median_ns)
+    }
 
     /// A file of `text` in a directory of its own, removed with it.
     struct TempFile(PathBuf);

@@ -10,12 +10,12 @@ use anyhow::Result;
 use report_table::{Align, Table};
 
 use super::criterion::{csv, storage_csv};
-use super::format::{byte_count, bytes, duration, ratio, spread};
-use super::goals::goals;
-use super::{
-    appended_of, Results, Row, AUTOMERGE, CLIENT_LOAD_COMPACTED, JSONB, NAIVE, OURS,
-    SYSTEM_ALLOCATOR,
-};
+use benches::figures::{byte_count, bytes, duration, ratio, spread};
+use benches::goals::goals;
+use benches::measurements::{appended_of, Row, CLIENT_LOAD_COMPACTED};
+use benches::{AUTOMERGE, JSONB, NAIVE, OURS, SYSTEM_ALLOCATOR};
+
+use super::Results;
 use crate::chart;
 
 /// The SQL operation's counterpart in the core benches, whose `automerge` variant is the

@@ -1,66 +1,25 @@
-//! One connection's share of the soak's mix ([`fixtures::load_mix`]): each statement kind
-//! picked by the soak's weights, the incremental writes the soak's JS-shaped edits, and the
-//! table growing by inserts on a schedule. The client keeps a replica of each row it writes,
-//! so every answer is checked against what the row must hold: a wrong answer fails the run.
+//! How the bench's connections run the soak's mix, which [`fixtures::load_mix::drive`]
+//! drives (each statement kind picked by the soak's weights, the table growing by inserts
+//! on its schedule); the incremental writes are the soak's JS-shaped edits. The client keeps
+//! a replica of each row it owns, so every answer is checked against what the row must
+//! hold: a wrong answer fails the run.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ObjType, ReadDoc, ROOT};
 use fixtures::js_edits::{self, counter_key};
-use fixtures::load_mix::{self, Query};
+use fixtures::load_mix::{self, Growth, Query, Step};
+use fixtures::row_documents::{document, sample_index};
 use serde_json::Value as Json;
 use tokio_postgres::{Client, Statement};
-
-use crate::distributed::{document, sample_index};
 
 /// Rows of the table when a run begins.
 pub const DOCUMENTS: i64 = 256;
 /// The text object that `automerge_spans` reads, in the documents that have one.
 const TEXT: &str = "content";
-
-/// What the connections of one run share: the next id to insert, and the run's clock.
-pub struct Growth {
-    next_id: AtomicI64,
-    /// Rows inserted by the end of the run, at an even pace: the soak's rate.
-    inserts: i64,
-    begun: Instant,
-    duration: Duration,
-}
-
-impl Growth {
-    pub fn new(duration: Duration) -> Growth {
-        Growth {
-            next_id: AtomicI64::new(DOCUMENTS + 1),
-            inserts: load_mix::growth(duration.as_secs()) as i64,
-            begun: Instant::now(),
-            duration,
-        }
-    }
-
-    pub fn deadline(&self) -> Instant {
-        self.begun + self.duration
-    }
-
-    /// Rows in the table once every claimed insert committed.
-    pub fn rows(&self) -> i64 {
-        self.next_id.load(Ordering::SeqCst) - 1
-    }
-
-    /// Claims the next id when the table is behind its growth schedule.
-    fn claim_insert(&self) -> Option<i64> {
-        let progress = (self.begun.elapsed().as_secs_f64() / self.duration.as_secs_f64()).min(1.0);
-        let target = DOCUMENTS + (self.inserts as f64 * progress).ceil() as i64;
-        let next = self.next_id.load(Ordering::SeqCst);
-        if next > target {
-            return None;
-        }
-        self.next_id.compare_exchange(next, next + 1, Ordering::SeqCst, Ordering::SeqCst).ok()
-    }
-}
 
 /// Which connection of `connections` writes row `id` of the initial rows: contiguous
 /// ranges, so that each connection has rows of every sample document.
@@ -191,6 +150,8 @@ pub struct Connection {
     rows: BTreeMap<i64, Row>,
     rng: fastrand::Rng,
     writes: u64,
+    /// What it ran so far.
+    ran: Run,
 }
 
 impl Connection {
@@ -201,27 +162,15 @@ impl Connection {
         let statements = Statements::prepare(&client).await?;
         let rows = ids.iter().map(|&id| Ok((id, Row::new(id)?))).collect::<Result<_>>()?;
         let rng = fastrand::Rng::with_seed(worker as u64 + 1);
-        Ok(Connection { worker, client, statements, rows, rng, writes: 0 })
+        Ok(Connection { worker, client, statements, rows, rng, writes: 0, ran: Run::default() })
     }
 
     /// Runs the mix until the run's deadline, then checks that every row holds exactly
     /// the changes the connection sent.
     pub async fn run(mut self, growth: &Growth) -> Result<Run> {
-        let mut run = Run::default();
-        while Instant::now() < growth.deadline() {
-            let (query, latency) = match growth.claim_insert() {
-                Some(id) => (Query::Insert, self.insert(id).await?),
-                None => {
-                    let query = Query::pick(&mut self.rng);
-                    let Some(latency) = self.statement(query).await? else { continue };
-                    (query, latency)
-                }
-            };
-            run.latencies.entry(query).or_default().push(latency);
-            run.statements += 1;
-        }
+        load_mix::drive(&mut self, growth).await?;
         self.verify_rows().await?;
-        Ok(run)
+        Ok(self.ran)
     }
 
     /// Runs one statement of kind `query` and checks its answer; returns how long the
@@ -400,6 +349,29 @@ impl Connection {
             let row = self.rows.get_mut(&id).context("a row of another connection")?;
             ensure!(heads == row.heads(), "row {id} holds heads {heads:?} at the end");
         }
+        Ok(())
+    }
+}
+
+impl load_mix::Connection for Connection {
+    type Error = anyhow::Error;
+
+    fn rng(&mut self) -> &mut fastrand::Rng {
+        &mut self.rng
+    }
+
+    /// Runs the step, checks its answer and counts its latency; a statement the connection
+    /// has no row for is left out.
+    async fn run_step(&mut self, step: Step) -> Result<()> {
+        let (query, latency) = match step {
+            Step::Insert(id) => (Query::Insert, self.insert(id).await?),
+            Step::Statement(query) => {
+                let Some(latency) = self.statement(query).await? else { return Ok(()) };
+                (query, latency)
+            }
+        };
+        self.ran.latencies.entry(query).or_default().push(latency);
+        self.ran.statements += 1;
         Ok(())
     }
 }

@@ -9,20 +9,23 @@ mod mix;
 mod report;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
+use cluster_tests::CITUS_DATABASE as DATABASE;
+use fixtures::row_documents::document;
 use xshell::Shell;
 
 use crate::citus;
 use crate::cluster::Cluster;
-use crate::distributed::{document, Nodes, DATABASE};
+use crate::distributed::Nodes;
 use crate::flags::{CitusBenchFlags, SetupFlags};
 use crate::install::PgInstall;
 use crate::project_root;
 use crate::provenance::Provenance;
 use crate::util::{note, step};
-use mix::{Connection, Growth, Run, DOCUMENTS};
+use fixtures::load_mix::{self, Growth};
+use mix::{Connection, Run, DOCUMENTS};
 
 /// The table, and the GIN index of its documents' JSON that the containment queries use
 /// (an expression index: Citus distributes it with the table).
@@ -128,7 +131,9 @@ async fn measure(servers: &Servers<'_>, connections: usize, duration: Duration) 
         opened.push(Connection::open(&conninfo, worker, &ids).await?);
     }
     let cpu_before = cpu_used(servers)?;
-    let growth = std::sync::Arc::new(Growth::new(duration));
+    let inserts = load_mix::growth(duration.as_secs()) as i64;
+    let growth =
+        std::sync::Arc::new(Growth::new(Instant::now(), duration, DOCUMENTS, DOCUMENTS + inserts));
     let tasks: Vec<_> = opened
         .into_iter()
         .map(|connection| {

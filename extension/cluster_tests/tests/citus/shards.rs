@@ -1,5 +1,6 @@
-//! The citus step's writers: many on many shards at once, and some while a worker is
-//! killed; each row must end with every change its writers made.
+//! Documents on many shards: concurrent writers, shard moves and a rebalance, and writers
+//! while a worker is killed; each row must end with every change its writers made, and
+//! every document with its bytes.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,17 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Result};
 use automerge::transaction::Transactable;
 use automerge::{ActorId, AutoCommit, ROOT};
+use cluster_tests::{line_differences, CITUS_DATABASE};
 use tokio_postgres::NoTls;
 
-use super::{Nodes, DATABASE, DOCUMENTS};
-use crate::cluster::Cluster;
-use crate::util::note;
-
-pub async fn connect(cluster: &Cluster) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(&cluster.conninfo(DATABASE), NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
-}
+use super::{connect, coordinator, nodes, note, DOCUMENTS};
 
 const WRITERS: usize = 8;
 const WRITES_EACH: usize = 15;
@@ -27,8 +21,11 @@ const WRITES_EACH: usize = 15;
 /// Eight writers, two to a row, on four rows of different shards: each applies its own
 /// changes, one at a time, to the row's document; every row ends with every change both of
 /// its writers made.
-pub async fn concurrent_writers(coordinator: &Cluster) -> Result<()> {
-    let client = connect(coordinator).await?;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the nodes that `cargo xtask test --only citus` provisions"]
+async fn concurrent_writers_on_many_shards_lose_no_change() -> Result<()> {
+    let coordinator = coordinator()?;
+    let client = connect(&coordinator).await?;
     let rows: Vec<i64> = client
         .query(
             "SELECT min(id) FROM docs GROUP BY get_shard_id_for_distribution_column('docs', id) \
@@ -43,7 +40,7 @@ pub async fn concurrent_writers(coordinator: &Cluster) -> Result<()> {
     let mut tasks = Vec::new();
     for w in 0..WRITERS {
         let id = rows[w % rows.len()];
-        let writer = connect(coordinator).await?;
+        let writer = connect(&coordinator).await?;
         let saved: Vec<u8> =
             writer.query_one("SELECT doc::bytea FROM docs WHERE id = $1", &[&id]).await?.get(0);
         tasks.push(tokio::spawn(async move {
@@ -88,9 +85,11 @@ pub async fn concurrent_writers(coordinator: &Cluster) -> Result<()> {
 /// which is killed with SIGKILL and started again meanwhile; a write that fails is sent
 /// again with every change since the last acknowledged one. Each row must end with every
 /// change: nothing committed is lost, nothing is applied twice.
-pub async fn worker_crash(nodes: &Nodes) -> Result<()> {
-    let (coordinator, victim) = (&nodes.coordinator, &nodes.workers[0]);
-    let client = connect(coordinator).await?;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the nodes that `cargo xtask test --only citus` provisions"]
+async fn a_worker_killed_with_sigkill_mid_write_loses_no_committed_write() -> Result<()> {
+    let (coordinator, victim) = (coordinator()?, nodes().workers[0].clone());
+    let client = connect(&coordinator).await?;
     let rows: Vec<i64> = client
         .query(
             // On the coordinator alone: which rows the worker's shards hold.
@@ -107,7 +106,7 @@ pub async fn worker_crash(nodes: &Nodes) -> Result<()> {
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for (w, &id) in rows.iter().enumerate() {
-        let conninfo = coordinator.conninfo(DATABASE);
+        let conninfo = coordinator.conninfo(CITUS_DATABASE);
         let saved: Vec<u8> =
             client.query_one("SELECT doc::bytea FROM docs WHERE id = $1", &[&id]).await?.get(0);
         let acknowledged = acknowledged.clone();
@@ -202,4 +201,46 @@ async fn stored_hashes(client: &tokio_postgres::Client, id: i64) -> Result<BTree
         .await?
         .get(0);
     Ok(stored.into_iter().collect())
+}
+
+/// Moves a shard to the other worker by logical replication, then lets the rebalancer even
+/// the placements out again: every document's bytes, JSON and heads stay as they were.
+#[test]
+#[ignore = "needs the nodes that `cargo xtask test --only citus` provisions"]
+fn citus_move_shard_placement_and_rebalance_table_shards_carry_documents_byte_for_byte(
+) -> Result<()> {
+    let coordinator = coordinator()?;
+    let fingerprint = "SELECT id, md5(doc::bytea), md5(doc::jsonb::text), automerge_heads(doc) FROM docs ORDER BY id;";
+    let before = coordinator.psql(CITUS_DATABASE, fingerprint)?;
+    let placements = "SELECT nodeport, count(*) FROM citus_shards WHERE table_name = 'docs'::regclass GROUP BY 1 ORDER BY 1;";
+    let moved = coordinator.psql(
+        CITUS_DATABASE,
+        "\\t on\n\\a\n\
+         SELECT count(citus_move_shard_placement(s.shardid, '127.0.0.1', s.nodeport, '127.0.0.1', \
+                o.nodeport, shard_transfer_mode := 'force_logical')::text) \
+         FROM (SELECT shardid, nodeport FROM citus_shards WHERE table_name = 'docs'::regclass ORDER BY shardid LIMIT 1) s, \
+              (SELECT DISTINCT nodeport FROM citus_shards WHERE table_name = 'docs'::regclass) o \
+         WHERE o.nodeport <> s.nodeport;",
+    )?;
+    ensure!(moved.trim() == "1", "{} shards moved", moved.trim());
+    let after_move = coordinator.psql(CITUS_DATABASE, fingerprint)?;
+    ensure!(
+        after_move == before,
+        "after the move (- before, + after):\n{}",
+        line_differences(&before, &after_move)
+    );
+    let uneven = coordinator.psql(CITUS_DATABASE, placements)?;
+    coordinator.psql(
+        CITUS_DATABASE,
+        "SELECT rebalance_table_shards('docs', shard_transfer_mode := 'force_logical');",
+    )?;
+    let even = coordinator.psql(CITUS_DATABASE, placements)?;
+    ensure!(uneven != even, "the rebalancer moved nothing:\n{even}");
+    let after_rebalance = coordinator.psql(CITUS_DATABASE, fingerprint)?;
+    ensure!(
+        after_rebalance == before,
+        "after the rebalance (- before, + after):\n{}",
+        line_differences(&before, &after_rebalance)
+    );
+    Ok(())
 }

@@ -4,22 +4,22 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
+use cluster_tests::server::Server;
+use cluster_tests::CITUS_DATABASE;
+use fixtures::row_documents::document;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::writers::connect;
-use super::{document, Nodes, DATABASE};
-use crate::cluster::Cluster;
-use crate::util::note;
+use super::{connect, coordinator, nodes, note};
 
 /// The channel the notification check listens on.
 const CHANNEL: &str = "documents_changed";
 
-/// A listener that hands every notification of `CHANNEL` on `cluster` to the channel.
+/// A listener that hands every notification of `CHANNEL` on `node` to the channel.
 async fn listen(
-    cluster: &Cluster,
+    node: &Server,
 ) -> Result<(tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>)> {
     let (client, mut connection) =
-        tokio_postgres::connect(&cluster.conninfo(DATABASE), NoTls).await?;
+        tokio_postgres::connect(&node.conninfo(CITUS_DATABASE), NoTls).await?;
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -36,10 +36,13 @@ async fn listen(
 /// The trigger is created on the distributed table, which Citus creates on every shard;
 /// listeners on the workers (and one on the coordinator, which must hear nothing) count
 /// what a batch of writes through the coordinator sends.
-pub async fn notifications(nodes: &Nodes) -> Result<()> {
-    let coordinator = &nodes.coordinator;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the nodes that `cargo xtask test --only citus` provisions"]
+async fn exactly_one_notification_per_distributed_write_from_the_worker_naming_the_table(
+) -> Result<()> {
+    let (coordinator, nodes) = (coordinator()?, nodes());
     coordinator.psql(
-        DATABASE,
+        CITUS_DATABASE,
         &format!(
             "SET citus.enable_unsafe_triggers = on;\n\
              CREATE TRIGGER docs_notify AFTER INSERT OR UPDATE OR DELETE ON docs \
@@ -47,10 +50,10 @@ pub async fn notifications(nodes: &Nodes) -> Result<()> {
         ),
     )?;
     let mut listeners = Vec::new();
-    for cluster in nodes.all() {
-        listeners.push(listen(cluster).await?);
+    for node in nodes.all() {
+        listeners.push(listen(node).await?);
     }
-    let client = connect(coordinator).await?;
+    let client = connect(&coordinator).await?;
     let ids: Vec<i64> = (1..=12).collect();
     for &id in &ids {
         client
@@ -91,16 +94,21 @@ pub async fn notifications(nodes: &Nodes) -> Result<()> {
         heard[2].len()
     ));
     coordinator.psql(
-        DATABASE,
+        CITUS_DATABASE,
         "DELETE FROM docs WHERE id = 1000;\nSET citus.enable_unsafe_triggers = on;\n\
              DROP TRIGGER docs_notify ON docs;",
     )?;
     Ok(())
 }
 
-pub fn reference_table_notify_refused(coordinator: &Cluster) -> Result<()> {
-    let session = coordinator.psql_session(
-        DATABASE,
+/// A reference table has a copy on every node, so a trigger there would notify once per
+/// node: the write is refused instead.
+#[test]
+#[ignore = "needs the nodes that `cargo xtask test --only citus` provisions"]
+fn automerge_notify_on_a_reference_table_refuses_writes_rather_than_notify_per_node() -> Result<()>
+{
+    let session = coordinator()?.psql_session(
+        CITUS_DATABASE,
         &format!(
             "SET citus.enable_unsafe_triggers = on;\n\
              CREATE TRIGGER templates_notify AFTER INSERT OR UPDATE OR DELETE ON templates \

@@ -1,8 +1,9 @@
-//! How the bench report writes its figures: durations, spreads, sizes and ratios.
+//! How the bench report and the goals write their figures: durations, spreads, sizes and
+//! ratios.
 
-use super::Row;
+use crate::measurements::Row;
 
-pub(super) fn duration(ns: f64) -> String {
+pub fn duration(ns: f64) -> String {
     match ns {
         ns if ns >= 1e9 => format!("{:.2} s", ns / 1e9),
         ns if ns >= 1e6 => format!("{:.2} ms", ns / 1e6),
@@ -10,11 +11,11 @@ pub(super) fn duration(ns: f64) -> String {
     }
 }
 
-pub(super) fn spread(row: &Row) -> String {
+pub fn spread(row: &Row) -> String {
     format!("±{:.0}%", 100.0 * row.spread_ns / row.median_ns)
 }
 
-pub(super) fn bytes(bytes: Option<u64>) -> String {
+pub fn bytes(bytes: Option<u64>) -> String {
     match bytes {
         None => "—".into(),
         Some(b) if b < 1024 => format!("{b} B"),
@@ -25,7 +26,7 @@ pub(super) fn bytes(bytes: Option<u64>) -> String {
 
 /// Two decimals, or two significant digits below 0.1: a read a thousand times faster than
 /// the naive path is `0.0010×`, not `0.00×`.
-pub(super) fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
+pub fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
     match (ours, baseline) {
         (Some(ours), Some(b)) if b.median_ns > 0.0 && ours.median_ns > 0.0 => {
             let ratio = ours.median_ns / b.median_ns;
@@ -37,7 +38,7 @@ pub(super) fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
 }
 
 /// A byte count in full, grouped by thousands: stored sizes and WAL differ by a few bytes.
-pub(super) fn byte_count(bytes: i64) -> String {
+pub fn byte_count(bytes: i64) -> String {
     let digits = bytes.unsigned_abs().to_string();
     let mut grouped = String::new();
     for (i, digit) in digits.chars().enumerate() {
@@ -56,8 +57,11 @@ pub(super) fn byte_count(bytes: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::tests::row;
-    use crate::bench::{JSONB, OURS};
+    use crate::{JSONB, OURS};
+
+    fn row(level: &str, operation: &str, variant: &str, median_ns: f64) -> Row {
+        Row::example(level, operation, variant, median_ns)
+    }
 
     #[test]
     fn ratios_divide_ours_by_the_baseline() {
