@@ -14,6 +14,10 @@ use fixtures::generated::{Kind, Scale, Spec};
 
 use crate::figures::{bytes, duration};
 use crate::measurements::{client_load, find, Row, StorageMeasure, CLIENT_LOAD_COMPACTED};
+use crate::operations::{
+    CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS, INCREMENTAL_WRITE,
+    NESTED_PATH, READ_TITLE, TO_JSONB, UPSERT_FULL_SAVE,
+};
 use crate::{ClientWrite, JSONB, JS_CLIENT, NAIVE, OURS};
 
 /// A performance goal, and what this run measured of it.
@@ -28,9 +32,9 @@ pub struct Goal {
 
 /// The reads the JSON a value keeps answers without a load, as users write them.
 const KEPT_JSON_READS: [(&str, &str); 3] = [
-    ("read title", "`doc->>'title'`"),
-    ("to jsonb", "`doc::jsonb`"),
-    ("containment", "GIN containment `@>` (its recheck casts)"),
+    (READ_TITLE, "`doc->>'title'`"),
+    (TO_JSONB, "`doc::jsonb`"),
+    (CONTAINMENT, "GIN containment `@>` (its recheck casts)"),
 ];
 /// Those reads on the rich text: at least this many times faster than the naive path…
 const READ_SPEEDUP_GOAL: f64 = 100.0;
@@ -44,21 +48,21 @@ const WRITE_SPEEDUP_GOAL: f64 = 10.0;
 const UPSERT_LOADS_GOAL: u64 = 1;
 /// The reads a plain `jsonb` column answers too, as users write them.
 const JSONB_READS: [(&str, &str); 4] = [
-    ("read title", "`doc->>'title'`"),
-    ("nested path", "`doc->'items'->0->>'name'`"),
-    ("to jsonb", "`doc::jsonb`"),
-    ("containment", "GIN containment `@>` (its recheck casts)"),
+    (READ_TITLE, "`doc->>'title'`"),
+    (NESTED_PATH, "`doc->'items'->0->>'name'`"),
+    (TO_JSONB, "`doc::jsonb`"),
+    (CONTAINMENT, "GIN containment `@>` (its recheck casts)"),
 ];
 /// Each at most this many times the same read on a plain `jsonb` column.
 const JSONB_READ_RATIO_GOAL: f64 = 1.5;
 /// Reads of the header (and actor table): one TOAST chunk, adding at most this much to the
 /// client's round trip of the same one-row lookup on the `jsonb` table.
 const HEADER_READS: [(&str, &str); 5] = [
-    ("heads", "`automerge_heads`"),
-    ("change count", "`automerge_change_count`"),
-    ("equality", "`doc = doc`"),
-    ("hash", "`automerge_hash`"),
-    ("has its heads", "`automerge_has_changes` of its heads"),
+    (HEADS, "`automerge_heads`"),
+    (CHANGE_COUNT, "`automerge_change_count`"),
+    (EQUALITY, "`doc = doc`"),
+    (HASH, "`automerge_hash`"),
+    (HAS_ITS_HEADS, "`automerge_has_changes` of its heads"),
 ];
 const HEADER_READ_GOAL_NS: f64 = 0.2e6;
 /// The writes a JS client sends ([`ClientWrite`]): each appended with no load, within this
@@ -112,7 +116,7 @@ pub fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal>
     }
     let fixtures = Kind::ALL.map(|kind| history_fixture(kind, scale));
     for (operation, read) in
-        [("heads", "`automerge_heads`"), ("change count", "`automerge_change_count`")]
+        [(HEADS, "`automerge_heads`"), (CHANGE_COUNT, "`automerge_change_count`")]
     {
         for fixture in &fixtures {
             let (measured, met) =
@@ -134,7 +138,7 @@ pub fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal>
         }
     }
     for fixture in &fixtures {
-        let operation = "incremental write";
+        let operation = INCREMENTAL_WRITE;
         let (measured, met) = match (sql(operation, OURS, fixture), sql(operation, NAIVE, fixture))
         {
             (Some(fast), Some(naive)) => {
@@ -148,7 +152,7 @@ pub fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal>
         goals.push(Goal { goal, fixture: fixture.clone(), measured, target, met });
     }
     for fixture in &fixtures {
-        let (measured, met) = match sql("upsert full save", OURS, fixture).and_then(|r| r.loads) {
+        let (measured, met) = match sql(UPSERT_FULL_SAVE, OURS, fixture).and_then(|r| r.loads) {
             Some(loads) => (format!("{loads} loads"), Some(loads <= UPSERT_LOADS_GOAL)),
             None => not_measured(),
         };
@@ -422,14 +426,14 @@ mod tests {
             };
         let rows = vec![
             // 200× faster within 8 MB: met.
-            measured("read title", OURS, 1e6, 4096, 0),
-            measured("read title", NAIVE, 2e8, 30 << 20, 1),
+            measured(READ_TITLE, OURS, 1e6, 4096, 0),
+            measured(READ_TITLE, NAIVE, 2e8, 30 << 20, 1),
             // 50× faster: missed.
-            measured("to jsonb", OURS, 4e6, 4096, 0),
-            measured("to jsonb", NAIVE, 2e8, 30 << 20, 1),
-            measured("heads", OURS, 1e5, 184, 0),
-            measured("change count", OURS, 1e5, 184, 1),
-            measured("upsert full save", OURS, 1e8, 30 << 20, 2),
+            measured(TO_JSONB, OURS, 4e6, 4096, 0),
+            measured(TO_JSONB, NAIVE, 2e8, 30 << 20, 1),
+            measured(HEADS, OURS, 1e5, 184, 0),
+            measured(CHANGE_COUNT, OURS, 1e5, 184, 1),
+            measured(UPSERT_FULL_SAVE, OURS, 1e8, 30 << 20, 2),
         ];
         let goals = goals(&rows, &[], "small");
         let find = |name: &str, fixture: &str| {
@@ -453,17 +457,17 @@ mod tests {
     #[test]
     fn jsonb_parity_goals_compare_with_the_jsonb_column_and_the_automerge_bytes() {
         let rows = vec![
-            row("sql", "read title", OURS, 1.2e6),
-            row("sql", "read title", JSONB, 1e6),
-            row("sql", "nested path", OURS, 2e6),
-            row("sql", "nested path", JSONB, 1e6),
-            row("sql", "heads", OURS, 0.1e6),
-            row("sql", "heads", JSONB, 0.05e6),
-            row("sql", "hash", OURS, 0.3e6),
-            row("sql", "hash", JSONB, 0.05e6),
+            row("sql", READ_TITLE, OURS, 1.2e6),
+            row("sql", READ_TITLE, JSONB, 1e6),
+            row("sql", NESTED_PATH, OURS, 2e6),
+            row("sql", NESTED_PATH, JSONB, 1e6),
+            row("sql", HEADS, OURS, 0.1e6),
+            row("sql", HEADS, JSONB, 0.05e6),
+            row("sql", HASH, OURS, 0.3e6),
+            row("sql", HASH, JSONB, 0.05e6),
             // What a slow round trip takes is the lookup's, not the header read's.
-            row("sql", "equality", OURS, 0.3e6),
-            row("sql", "equality", JSONB, 0.15e6),
+            row("sql", EQUALITY, OURS, 0.3e6),
+            row("sql", EQUALITY, JSONB, 0.15e6),
         ];
         let measure = |variant: &str, measure: &str, value: i64| StorageMeasure {
             fixture: "js-rich-text-medium".into(),

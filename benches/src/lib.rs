@@ -22,6 +22,7 @@ use pg_automerge_core::memory;
 pub mod figures;
 pub mod goals;
 pub mod measurements;
+pub mod operations;
 
 /// The variant measured: ours, or one of the baselines measured beside it in the same run.
 pub const OURS: &str = "pg_automerge";
@@ -314,23 +315,19 @@ impl ClientWrite {
         ClientWrite::CounterIncrement,
     ];
 
-    /// The benchmark group's name.
-    /// The operation the report and the goals name it by: its group without the level.
+    /// The operation the report and the goals name it by (its group is `sql/<operation>`,
+    /// as every SQL bench's).
     pub fn operation(self) -> &'static str {
-        self.group().strip_prefix("sql/").expect("client writes are timed at the SQL level")
-    }
-
-    pub fn group(self) -> &'static str {
         match self {
-            ClientWrite::TitleAsText => "sql/client write: string as text",
-            ClientWrite::Splice => "sql/client write: splice",
-            ClientWrite::Mark => "sql/client write: mark",
-            ClientWrite::BlockSplit => "sql/client write: block split",
-            ClientWrite::NestedField => "sql/client write: nested field",
-            ClientWrite::ListInsert => "sql/client write: list insert",
-            ClientWrite::ListDelete => "sql/client write: list delete",
-            ClientWrite::ListMove => "sql/client write: list move",
-            ClientWrite::CounterIncrement => "sql/client write: counter increment",
+            ClientWrite::TitleAsText => "client write: string as text",
+            ClientWrite::Splice => "client write: splice",
+            ClientWrite::Mark => "client write: mark",
+            ClientWrite::BlockSplit => "client write: block split",
+            ClientWrite::NestedField => "client write: nested field",
+            ClientWrite::ListInsert => "client write: list insert",
+            ClientWrite::ListDelete => "client write: list delete",
+            ClientWrite::ListMove => "client write: list move",
+            ClientWrite::CounterIncrement => "client write: counter increment",
         }
     }
 

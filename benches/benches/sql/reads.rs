@@ -1,6 +1,10 @@
 //! The reads: each on pg_automerge (on both paths where the kept JSON answers it) and its
 //! jsonb counterpart.
 
+use benches::operations::{
+    CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS, HISTORY, MERGE_AGG,
+    NESTED_PATH, READ_TITLE, SPANS, TO_JSONB,
+};
 use benches::{configure, record_memory, selected, Author, Fixture, JSONB};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
@@ -33,7 +37,7 @@ enum Param {
 
 const READS: [Read; 12] = [
     Read {
-        group: "read title",
+        group: READ_TITLE,
         automerge: "SELECT doc->>'title' FROM {docs} WHERE name = $1",
         naive: true,
         jsonb: Some("SELECT j->>'title' FROM bench_jsonb WHERE name = $1"),
@@ -41,7 +45,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "to jsonb",
+        group: TO_JSONB,
         automerge: "SELECT doc::jsonb FROM {docs} WHERE name = $1",
         naive: true,
         jsonb: Some("SELECT j FROM bench_jsonb WHERE name = $1"),
@@ -49,7 +53,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "containment",
+        group: CONTAINMENT,
         // The index finds the row; the recheck evaluates the cast on it.
         automerge: "SELECT name FROM {docs}_indexed WHERE doc::jsonb @> jsonb_build_object('title', $1::text)",
         naive: true,
@@ -58,7 +62,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "nested path",
+        group: NESTED_PATH,
         // A list item's field on the map list; on the texts the path is absent, and the
         // read costs the same fetch of the JSON.
         automerge: "SELECT doc->'items'->0->>'name' FROM {docs} WHERE name = $1",
@@ -68,7 +72,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "heads",
+        group: HEADS,
         automerge: "SELECT automerge_heads(doc) FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: Some(ROW_LOOKUP),
@@ -76,7 +80,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "change count",
+        group: CHANGE_COUNT,
         automerge: "SELECT automerge_change_count(doc) FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: Some(ROW_LOOKUP),
@@ -84,7 +88,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "equality",
+        group: EQUALITY,
         automerge: "SELECT doc = doc FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: Some(ROW_LOOKUP),
@@ -92,7 +96,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "hash",
+        group: HASH,
         automerge: "SELECT automerge_hash(doc) FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: Some(ROW_LOOKUP),
@@ -100,7 +104,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "has its heads",
+        group: HAS_ITS_HEADS,
         // What a client that is up to date asks before sending what it has.
         automerge: "SELECT automerge_has_changes(doc, automerge_heads(doc)) FROM {docs} WHERE name = $1",
         naive: false,
@@ -109,7 +113,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "history",
+        group: HISTORY,
         automerge: "SELECT count(*) FROM {docs}, automerge_changes(doc) WHERE name = $1",
         naive: false,
         jsonb: None,
@@ -117,7 +121,7 @@ const READS: [Read; 12] = [
         texts_only: false,
     },
     Read {
-        group: "spans",
+        group: SPANS,
         automerge: "SELECT automerge_spans(doc, '{content}') FROM {docs} WHERE name = $1",
         naive: false,
         jsonb: None,
@@ -125,7 +129,7 @@ const READS: [Read; 12] = [
         texts_only: true,
     },
     Read {
-        group: "merge_agg",
+        group: MERGE_AGG,
         // The heads of the merge: the merged document itself need not cross the wire.
         automerge: "SELECT automerge_heads(merge_agg(doc)) FROM bench_forks WHERE name = $1",
         naive: false,

@@ -1,6 +1,9 @@
 //! The writes: a client's incremental writes and full saves, on both paths and on the jsonb
 //! column, and the writes a JS client sends, which append without a load.
 
+use benches::operations::{
+    GENERATED_COLUMN_WRITE, INCREMENTAL_WRITE, TEXT_EDIT_THEN_READ, UPSERT_FULL_SAVE,
+};
 use benches::{configure, record_memory, selected, ClientWrite, JSONB};
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion};
@@ -60,7 +63,7 @@ fn jsonb_client_write(write: ClientWrite) -> &'static str {
 pub fn client_writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     let name = &rows.name;
     for write in ClientWrite::ALL.into_iter().filter(|write| write.applies_to(rows.kind)) {
-        let mut group = Writes::new(c, write.group(), session, name);
+        let mut group = Writes::new(c, write.operation(), session, name);
         let apply = Path::Fast.sql(APPLY);
         let save_anew = Path::Fast.sql(SAVE_ANEW_AT_THE_LIMIT);
         if write == ClientWrite::CounterIncrement {
@@ -123,7 +126,7 @@ const JSONB_READ_CONTENT: &str = "SELECT length(j->>'content') FROM bench_jsonb 
 /// of an input made before it (untimed).
 struct Writes<'a> {
     group: BenchmarkGroup<'a, WallTime>,
-    name: &'static str,
+    name: String,
     session: &'a Session,
     fixture: &'a str,
 }
@@ -131,11 +134,12 @@ struct Writes<'a> {
 impl<'a> Writes<'a> {
     fn new(
         c: &'a mut Criterion,
-        name: &'static str,
+        operation: &str,
         session: &'a Session,
         fixture: &'a str,
     ) -> Writes<'a> {
-        let mut group = c.benchmark_group(name);
+        let name = format!("sql/{operation}");
+        let mut group = c.benchmark_group(&name);
         configure(&mut group);
         Writes { group, name, session, fixture }
     }
@@ -154,7 +158,7 @@ impl<'a> Writes<'a> {
             let memory = self.session.memory(|| {
                 write(input);
             });
-            record_memory(self.name, path.variant(), self.fixture, memory);
+            record_memory(&self.name, path.variant(), self.fixture, memory);
         }
         self.bench(path.variant(), input, write);
     }
@@ -186,7 +190,7 @@ impl<'a> Writes<'a> {
 /// path appends but cannot patch into the kept JSON, so the read after it loads.
 pub fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     let name = &rows.name;
-    let mut group = Writes::new(c, "sql/incremental write", session, name);
+    let mut group = Writes::new(c, INCREMENTAL_WRITE, session, name);
     for path in Path::BOTH {
         let apply = path.sql(APPLY);
         group.path(
@@ -201,7 +205,7 @@ pub fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     );
     group.finish();
 
-    let mut group = Writes::new(c, "sql/generated column write", session, name);
+    let mut group = Writes::new(c, GENERATED_COLUMN_WRITE, session, name);
     for path in Path::BOTH {
         let apply = path.sql(APPLY_GENERATED);
         group.path(
@@ -216,7 +220,7 @@ pub fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     );
     group.finish();
 
-    let mut group = Writes::new(c, "sql/upsert full save", session, name);
+    let mut group = Writes::new(c, UPSERT_FULL_SAVE, session, name);
     for path in Path::BOTH {
         let upsert = path.sql(UPSERT);
         group.path(path, || rows.next_save(path), |save| session.execute(&upsert, &[name, &save]));
@@ -228,7 +232,7 @@ pub fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     group.finish();
 
     if rows.kind != Kind::MapList {
-        let mut group = Writes::new(c, "sql/text edit then read", session, name);
+        let mut group = Writes::new(c, TEXT_EDIT_THEN_READ, session, name);
         for path in Path::BOTH {
             let (apply, read) = (path.sql(APPLY), path.sql(READ_CONTENT));
             group.path(
