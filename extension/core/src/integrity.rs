@@ -50,10 +50,9 @@ use crate::Error;
 /// into a text (applied as an update of an element instead, it hides the element from a
 /// load of the save but not from the document it was applied to; in a list, which no
 /// client's `mark` makes, the crate's two readings of the list disagree on the marks at a
-/// later insert). Objects the
-/// changes make count, as do the document's; an object neither has is left to the apply,
-/// which refuses it. Returns whether any of them holds a mark operation, which
-/// [`check_added`] is then told.
+/// later insert). Objects the changes make count, as do the document's; an object neither
+/// has is left to the apply, which refuses it. Returns whether any of them holds a mark
+/// operation, which [`check_added`] is then told.
 pub fn check_incoming(doc: &Automerge, changes: &[Change]) -> Result<bool, Error> {
     keys_and_marks(doc, changes).map_err(Error::BreaksLoadRule)
 }
