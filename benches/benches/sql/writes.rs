@@ -1,10 +1,12 @@
 //! The writes: a client's incremental writes and full saves, on both paths and on the jsonb
 //! column, and the writes a JS client sends, which append without a load.
 
+use std::cell::RefMut;
+
 use benches::operations::{
     GENERATED_COLUMN_WRITE, INCREMENTAL_WRITE, TEXT_EDIT_THEN_READ, UPSERT_FULL_SAVE,
 };
-use benches::{configure, record_memory, selected, ClientWrite, JSONB};
+use benches::{configure, record_memory, selected, Author, ClientWrite, JSONB};
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, BenchmarkId, Criterion};
 use fixtures::generated::Kind;
@@ -183,6 +185,34 @@ impl<'a> Writes<'a> {
     }
 }
 
+/// One group of retitles: on both paths, a change applied by `apply` (on `{docs}`, or a
+/// table named after it) to the row whose author `author` gives; on the jsonb column,
+/// `jsonb_set` of the title.
+fn retitles<'r>(
+    c: &mut Criterion,
+    session: &Session,
+    rows: &'r FixtureRows,
+    operation: &str,
+    apply: &str,
+    author: impl Fn(Path) -> RefMut<'r, Author>,
+) {
+    let name = &rows.name;
+    let mut group = Writes::new(c, operation, session, name);
+    for path in Path::BOTH {
+        let apply = path.sql(apply);
+        group.path(
+            path,
+            || author(path).retitle().1,
+            |change| session.execute(&apply, &[name, &change]),
+        );
+    }
+    group.jsonb(
+        || rows.next_jsonb_edit(),
+        |title| session.execute(JSONB_SET_TITLE, &[name, &title]),
+    );
+    group.finish();
+}
+
 /// The writes, each bringing a change the stored document lacks, on both paths and on the
 /// jsonb column: a retitle (`doc || change`; `jsonb_set` of the title), the same to a table
 /// that regenerates `doc::jsonb` into a column, an upsert of a full save (of the whole JSON),
@@ -190,35 +220,10 @@ impl<'a> Writes<'a> {
 /// path appends but cannot patch into the kept JSON, so the read after it loads.
 pub fn writes(c: &mut Criterion, session: &Session, rows: &FixtureRows) {
     let name = &rows.name;
-    let mut group = Writes::new(c, INCREMENTAL_WRITE, session, name);
-    for path in Path::BOTH {
-        let apply = path.sql(APPLY);
-        group.path(
-            path,
-            || rows.author(path).retitle().1,
-            |change| session.execute(&apply, &[name, &change]),
-        );
-    }
-    group.jsonb(
-        || rows.next_jsonb_edit(),
-        |title| session.execute(JSONB_SET_TITLE, &[name, &title]),
-    );
-    group.finish();
-
-    let mut group = Writes::new(c, GENERATED_COLUMN_WRITE, session, name);
-    for path in Path::BOTH {
-        let apply = path.sql(APPLY_GENERATED);
-        group.path(
-            path,
-            || rows.generated_author(path).retitle().1,
-            |change| session.execute(&apply, &[name, &change]),
-        );
-    }
-    group.jsonb(
-        || rows.next_jsonb_edit(),
-        |title| session.execute(JSONB_SET_TITLE, &[name, &title]),
-    );
-    group.finish();
+    retitles(c, session, rows, INCREMENTAL_WRITE, APPLY, |path| rows.author(path));
+    retitles(c, session, rows, GENERATED_COLUMN_WRITE, APPLY_GENERATED, |path| {
+        rows.generated_author(path)
+    });
 
     let mut group = Writes::new(c, UPSERT_FULL_SAVE, session, name);
     for path in Path::BOTH {
