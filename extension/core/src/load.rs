@@ -147,19 +147,22 @@ mod tests {
 
     fn doc_with_title(actor: u8, title: &str) -> Automerge {
         let mut doc = Automerge::new().with_actor(ActorId::from([actor; 16]));
+        retitle(&mut doc, title);
+        doc
+    }
+
+    /// One change: the title set to `title`.
+    fn retitle(doc: &mut Automerge, title: &str) {
         let mut tx = doc.transaction();
         tx.put(ROOT, "title", title).unwrap();
         tx.commit_with(CommitOptions::default().with_time(0));
-        doc
     }
 
     #[test]
     fn accepts_changes_and_incremental_saves() {
         let mut doc = doc_with_title(1, "one");
         let first = doc.save();
-        let mut tx = doc.transaction();
-        tx.put(ROOT, "title", "two").unwrap();
-        tx.commit_with(CommitOptions::default().with_time(0));
+        retitle(&mut doc, "two");
         let incremental = doc.save_after(&automerge::AutoCommit::load(&first).unwrap().get_heads());
         let mut both = first.clone();
         both.extend_from_slice(&incremental);
@@ -178,9 +181,7 @@ mod tests {
     fn refuses_changes_whose_dependencies_are_missing() {
         let mut doc = doc_with_title(1, "one");
         let before = doc.get_heads();
-        let mut tx = doc.transaction();
-        tx.put(ROOT, "title", "two").unwrap();
-        tx.commit_with(CommitOptions::default().with_time(0));
+        retitle(&mut doc, "two");
         let second_change_only = doc.save_after(&before);
         let err = load_client_bytes(&second_change_only).unwrap_err();
         assert!(matches!(&err, Error::MissingDependencies(hashes) if *hashes == before), "{err}");
