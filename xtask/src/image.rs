@@ -134,13 +134,23 @@ pub fn ensure_docker(sh: &Shell) -> Result<Skippable<()>> {
     }
     note(format!("starting dockerd (log: {DOCKERD_LOG})"));
     let log = fs::File::create(DOCKERD_LOG).with_context(|| format!("creating {DOCKERD_LOG}"))?;
-    // Its own process group, so that interrupting xtask leaves the engine running.
-    std::os::unix::process::CommandExt::process_group(
-        Command::new("dockerd").stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log),
-        0,
-    )
-    .spawn()
-    .context("starting dockerd")?;
+    let mut dockerd = Command::new("dockerd");
+    dockerd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // Its own process group, so that interrupting xtask leaves the engine running; and none
+    // of xtask's inherited descriptors, such as the lock file `flock` holds for a caller,
+    // which the engine would otherwise hold for as long as it runs.
+    std::os::unix::process::CommandExt::process_group(&mut dockerd, 0);
+    // SAFETY: close_range is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut dockerd, || {
+            if libc::close_range(3, libc::c_uint::MAX, 0) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    dockerd.spawn().context("starting dockerd")?;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(60) {
         if Path::new(DOCKER_SOCKET).exists() && engine_answers(sh) {
