@@ -41,6 +41,25 @@ pub enum Error {
     #[error("the value at path {path} is {found}, not text")]
     NotText { path: String, found: String },
 
+    /// An edit whose path leads to a value of another kind than it edits.
+    #[error("the value at path {path} is {found}: the edit needs {wanted}")]
+    NotA { path: String, found: &'static str, wanted: &'static str },
+
+    #[error("path element {step} at {path} is not an integer: it indexes a list")]
+    NotAnIndex { path: String, step: String },
+
+    #[error("list index out of range at path {path}: the list has {len} element(s)")]
+    IndexOutOfRange { path: String, len: usize },
+
+    #[error(
+        "text range out of bounds at path {path}: position {pos}, {delete} character(s) deleted, \
+         in a text of {len} character(s) (or inside a character cluster)"
+    )]
+    TextRange { path: String, pos: i64, delete: i64, len: u64 },
+
+    #[error("{0}")]
+    NotSupported(String),
+
     /// The message says the estimate and the limit; the HINT, the setting that would admit
     /// the load.
     #[error(
@@ -92,15 +111,21 @@ fn list_hashes(hashes: &[ChangeHash]) -> String {
 /// The categories the SQL layer distinguishes, each with its own SQLSTATE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// Text input that is not `\x` followed by hex digits (22P02).
+    /// Text input that is not `\x` followed by hex digits, a list index that is not an
+    /// integer (22P02).
     InvalidText,
     /// Bytes from a client that do not form a valid, self-contained document (22P03).
     InvalidBinary,
     /// An argument that is not what the function takes: a malformed or unknown head, a
     /// path to nothing (22023).
     InvalidParameter,
-    /// A path that leads to something other than text (42809).
+    /// A path that leads to something other than text, or to another kind of value than an
+    /// edit needs (42809).
     WrongObjectType,
+    /// A list index past the end of the list (2202E).
+    IndexOutOfRange,
+    /// A text range past the end of the text (22011).
+    TextRangeOutOfBounds,
     /// A load estimated above `pg_automerge.max_load_memory` (53400).
     ConfigurationLimitExceeded,
     /// A document nested too deeply to read as JSON (54001).
@@ -114,7 +139,7 @@ pub enum ErrorKind {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidText(_) => ErrorKind::InvalidText,
+            Error::InvalidText(_) | Error::NotAnIndex { .. } => ErrorKind::InvalidText,
             Error::NotAutomerge(_)
             | Error::CannotMerge(_)
             | Error::MissingDependencies(_)
@@ -124,11 +149,15 @@ impl Error {
             Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
                 ErrorKind::InvalidParameter
             }
-            Error::NotText { .. } => ErrorKind::WrongObjectType,
+            Error::NotText { .. } | Error::NotA { .. } => ErrorKind::WrongObjectType,
+            Error::IndexOutOfRange { .. } => ErrorKind::IndexOutOfRange,
+            Error::TextRange { .. } => ErrorKind::TextRangeOutOfBounds,
             Error::LoadTooLarge { .. } => ErrorKind::ConfigurationLimitExceeded,
             Error::TooDeep { .. } => ErrorKind::TooComplex,
             Error::CorruptStoredValue(_) => ErrorKind::DataCorrupted,
-            Error::UnsupportedFormatVersion { .. } => ErrorKind::FeatureNotSupported,
+            Error::UnsupportedFormatVersion { .. } | Error::NotSupported(_) => {
+                ErrorKind::FeatureNotSupported
+            }
         }
     }
 

@@ -10,6 +10,7 @@ pub mod conflicts;
 pub mod diff;
 pub mod doc_ops;
 pub mod doc_rewrite;
+pub mod edits;
 mod error;
 pub mod estimate;
 pub mod format;

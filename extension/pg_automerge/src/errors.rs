@@ -12,6 +12,8 @@ fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::InvalidBinary => PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
         ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         ErrorKind::WrongObjectType => PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+        ErrorKind::IndexOutOfRange => PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR,
+        ErrorKind::TextRangeOutOfBounds => PgSqlErrorCode::ERRCODE_SUBSTRING_ERROR,
         ErrorKind::ConfigurationLimitExceeded => {
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED
         }

@@ -30,7 +30,10 @@ use crate::json_edit::{JsonEdit, Step};
 
 mod build;
 mod encoding;
+mod locate;
 mod runs;
+
+pub use locate::{Found, ShownElement};
 
 use runs::{find, insert_element, set_element_state};
 

@@ -1,0 +1,415 @@
+//! Edits made from SQL: each a real Automerge change, made by an actor of the backend's
+//! (see [`actors`]) on the document's heads, and written as a client's change is: the
+//! structure index names the objects, elements and operations the change refers to, and
+//! the change is appended without a load ([`writes::apply`]), which checks it like any
+//! client's. Where the index does not model what an edit touches, the document is loaded
+//! once and indexed afresh.
+
+use std::num::NonZeroU64;
+
+use automerge::legacy::{Key, OpType};
+use automerge::{Change, ExpandedChange, ScalarValue};
+use serde_json::Value as Json;
+
+use crate::estimate::estimate_stored;
+use crate::format::{self, StoredValue};
+use crate::guard::no_panic;
+use crate::load::load_stored;
+use crate::save::to_stored;
+use crate::settings::WriteSettings;
+use crate::spans::shown;
+use crate::structure::{Found, ObjKind, OpId, ShownElement, Structure, ValueKind};
+use crate::{index_cache, writes, Error};
+
+pub mod actors;
+mod ops;
+mod update;
+
+use ops::Ops;
+pub use ops::Strings;
+
+/// One edit, its path as `jsonb_set`'s: map keys, and list indexes (negative from the end).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Edit {
+    /// Sets the value at `path`: a map key (made when missing) or a list element.
+    Set { path: Vec<String>, value: Json, strings: Strings },
+    /// Sets a counter of value `value` at `path`.
+    SetCounter { path: Vec<String>, value: i64 },
+    /// Deletes the map key or list element at `path`.
+    Delete { path: Vec<String> },
+    /// Inserts into a list before the element at `path` (after it when `after`), or sets a
+    /// map key that is missing.
+    Insert { path: Vec<String>, value: Json, strings: Strings, after: bool },
+    /// Adds `by` to the counter at `path`.
+    Increment { path: Vec<String>, by: i64 },
+    /// Deletes `delete` characters of the text at `path` from `pos`, and inserts `text` there.
+    Splice { path: Vec<String>, pos: i64, delete: i64, text: String },
+    /// The smallest change that makes the document's JSON `json`.
+    Update { json: Json, strings: Strings },
+}
+
+/// What the change records beside its operations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeMeta {
+    pub message: Option<String>,
+    /// Milliseconds since the Unix epoch, as the Automerge libraries record it.
+    pub time: i64,
+}
+
+/// An edited document, and the change that made it (`None` when the edit changed nothing).
+pub struct Edited {
+    pub stored: Vec<u8>,
+    pub change: Option<Vec<u8>>,
+}
+
+/// Makes `edit` on the stored document.
+pub fn edit(
+    stored: &[u8],
+    edit: &Edit,
+    meta: &ChangeMeta,
+    settings: WriteSettings,
+) -> Result<Edited, Error> {
+    let value = format::decode(stored)?;
+    if let Some(edited) = edit_indexed(stored, &value, edit, meta, settings)? {
+        return Ok(edited);
+    }
+    // The index does not model what the edit touches (or the value keeps none): the
+    // document loads once, indexed afresh.
+    settings.load_limit.check(&estimate_stored(&value.summary, value.payload))?;
+    let reindexed = to_stored(&load_stored(&value)?, settings)?;
+    let value = format::decode(&reindexed)?;
+    edit_indexed(&reindexed, &value, edit, meta, settings)?.ok_or_else(|| {
+        Error::NotSupported(
+            "this edit touches an object that pg_automerge cannot edit from SQL (a text \
+             holding values other than characters, or a list or text of another layout)"
+                .into(),
+        )
+    })
+}
+
+/// The edit made with the value's index; `None` when the index cannot place it.
+fn edit_indexed(
+    stored: &[u8],
+    value: &StoredValue<'_>,
+    edit: &Edit,
+    meta: &ChangeMeta,
+    settings: WriteSettings,
+) -> Result<Option<Edited>, Error> {
+    let Some(kept) = &value.kept else { return Ok(None) };
+    let heads = &value.summary.heads;
+    let structure = match index_cache::take(heads) {
+        Some(held) => held,
+        None => match writes::current_index(value) {
+            Some(index) => index,
+            None => return Ok(None),
+        },
+    };
+    let (actor, seq) = actors::next(&kept.clock);
+    let start = NonZeroU64::new(kept.max_op + 1)
+        .ok_or_else(|| Error::CorruptStoredValue("operation counters overflow".into()))?;
+    let mut ops = Ops::new(&structure, actor.clone(), start);
+    let placed = match edit {
+        Edit::Update { json, strings } => {
+            let current = match &kept.json {
+                Some(kept_json) => crate::kept_json::decode(kept_json, settings.json_codec)?,
+                None => return Ok(None),
+            };
+            update::update(&mut ops, &current, json, *strings)?
+        }
+        other => place(&mut ops, other)?,
+    };
+    let operations = ops.ops;
+    if settings.index_cache_budget > 0 {
+        // The write below takes it back: the change follows these heads.
+        index_cache::keep(heads.clone(), structure, settings.index_cache_budget);
+    }
+    if placed.is_none() {
+        return Ok(None);
+    }
+    if operations.is_empty() {
+        return Ok(Some(Edited { stored: stored.to_vec(), change: None }));
+    }
+    let expanded = ExpandedChange {
+        operations,
+        actor_id: actor.clone(),
+        hash: None,
+        seq,
+        start_op: start,
+        time: meta.time,
+        message: meta.message.clone(),
+        deps: heads.clone(),
+        extra_bytes: Vec::new(),
+        author: None,
+    };
+    let change = no_panic(|| Change::from(expanded)).map_err(Error::CannotMerge)?;
+    actors::issued(&actor, seq);
+    let bytes = change.raw_bytes().to_vec();
+    let stored = writes::apply(stored, &bytes, settings)?;
+    Ok(Some(Edited { stored, change: Some(bytes) }))
+}
+
+/// Where an edit's path leads: the object holding its last step, and that step.
+struct Target {
+    obj: OpId,
+    kind: ObjKind,
+    step: String,
+    /// The path up to and including the step, for messages.
+    shown: String,
+}
+
+/// Follows all but the last step of `path`: `Ok(None)` when the index does not model an
+/// object on the way.
+fn target(structure: &Structure, path: &[String]) -> Result<Option<Target>, Error> {
+    let Some((last, steps)) = path.split_last() else {
+        return Err(Error::InvalidParameter(
+            "the path is empty: an edit names a key or element of the document".into(),
+        ));
+    };
+    let (mut obj, mut kind) = (structure.root(), ObjKind::Map);
+    for (depth, step) in steps.iter().enumerate() {
+        let here = &path[..=depth];
+        let Some(found) = step_into(structure, obj, kind, step, here)? else { return Ok(None) };
+        match found {
+            Found::Object(inner, inner_kind) => (obj, kind) = (inner, inner_kind),
+            Found::Scalar(ValueKind::Unknown) => return Ok(None),
+            Found::Scalar(_) => return Err(Error::PathNotFound(shown(here))),
+        }
+    }
+    if structure.modelled_kind(obj).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Target { obj, kind, step: last.clone(), shown: shown(path) }))
+}
+
+/// What `step` of the object `obj` shows; `Ok(None)` when the index does not model it.
+fn step_into(
+    structure: &Structure,
+    obj: OpId,
+    kind: ObjKind,
+    step: &str,
+    here: &[String],
+) -> Result<Option<Found>, Error> {
+    if structure.modelled_kind(obj).is_none() {
+        return Ok(None);
+    }
+    let value = match kind {
+        ObjKind::Map | ObjKind::Table => structure.key_value(obj, step),
+        ObjKind::List => {
+            let Some(elements) = structure.shown_elements(obj) else { return Ok(None) };
+            let at = list_index(step, elements.len(), here, false)?;
+            structure.element_value(&elements[at])
+        }
+        ObjKind::Text => {
+            return Err(Error::NotA {
+                path: shown(here),
+                found: "inside a text",
+                wanted: "a map or list",
+            })
+        }
+    };
+    value.map(|value| Some(structure.found(value))).ok_or_else(|| Error::PathNotFound(shown(here)))
+}
+
+/// A list index of a path (negative counts from the end, as in `jsonb_set`) as a position
+/// among `len` elements; `len` itself only `at_end` (an insertion after the last).
+fn list_index(step: &str, len: usize, here: &[String], at_end: bool) -> Result<usize, Error> {
+    let index: i64 = step
+        .parse()
+        .map_err(|_| Error::NotAnIndex { path: shown(here), step: step.to_string() })?;
+    let resolved = if index < 0 { len as i64 + index } else { index };
+    let limit = if at_end { len as i64 } else { len as i64 - 1 };
+    if resolved < 0 || resolved > limit {
+        return Err(Error::IndexOutOfRange { path: shown(here), len });
+    }
+    Ok(resolved as usize)
+}
+
+/// The operations of every edit but an update; `Ok(None)` when the index cannot place it.
+fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
+    let structure = ops.structure;
+    let path = match edit {
+        Edit::Set { path, .. }
+        | Edit::SetCounter { path, .. }
+        | Edit::Delete { path }
+        | Edit::Insert { path, .. }
+        | Edit::Increment { path, .. }
+        | Edit::Splice { path, .. } => path,
+        Edit::Update { .. } => unreachable!("updates are diffed, not placed"),
+    };
+    let Some(target) = target(structure, path)? else { return Ok(None) };
+    let obj = ops.obj(target.obj);
+    match (edit, target.kind) {
+        (Edit::Splice { pos, delete, text, .. }, _) => {
+            let here = path.as_slice();
+            let Some(found) = step_into(structure, target.obj, target.kind, &target.step, here)?
+            else {
+                return Ok(None);
+            };
+            let Found::Object(text_obj, ObjKind::Text) = found else {
+                return Err(Error::NotA {
+                    path: target.shown,
+                    found: "not a text",
+                    wanted: "a text",
+                });
+            };
+            let Some(elements) = structure.shown_elements(text_obj) else { return Ok(None) };
+            splice(ops, text_obj, &elements, (*pos, *delete), text, &target.shown)?;
+        }
+        (_, ObjKind::Text) => {
+            return Err(Error::NotA {
+                path: target.shown,
+                found: "inside a text",
+                wanted: "a map key or list element (edit text with automerge_splice)",
+            })
+        }
+        (_, ObjKind::Map | ObjKind::Table) => {
+            let key = Key::Map(target.step.as_str().into());
+            let current: Vec<OpId> = structure
+                .key_values(target.obj, &target.step)
+                .map(|values| values.iter().map(|v| v.id).collect())
+                .unwrap_or_default();
+            let winner = structure.key_value(target.obj, &target.step);
+            match edit {
+                Edit::Set { value, strings, .. } => {
+                    ops.put_json(obj, key, false, &current, value, *strings)?;
+                }
+                Edit::Insert { value, strings, .. } => {
+                    if !current.is_empty() {
+                        return Err(Error::InvalidParameter(format!(
+                            "the document already has a value at path {}: automerge_insert adds \
+                             missing keys only (set one with automerge_set)",
+                            target.shown
+                        )));
+                    }
+                    ops.put_json(obj, key, false, &[], value, *strings)?;
+                }
+                Edit::SetCounter { value, .. } => {
+                    ops.push(OpType::Put(ScalarValue::counter(*value)), obj, key, &current, false);
+                }
+                Edit::Delete { .. } => {
+                    if current.is_empty() {
+                        return Err(Error::PathNotFound(target.shown));
+                    }
+                    ops.push(OpType::Delete, obj, key, &current, false);
+                }
+                Edit::Increment { by, .. } => {
+                    let Some(counter) = winner else {
+                        return Err(Error::PathNotFound(target.shown));
+                    };
+                    increment(ops, obj, key, counter, *by, &target.shown)?;
+                }
+                Edit::Splice { .. } | Edit::Update { .. } => unreachable!("handled above"),
+            }
+        }
+        (_, ObjKind::List) => {
+            let Some(elements) = structure.shown_elements(target.obj) else { return Ok(None) };
+            let here = path.as_slice();
+            match edit {
+                Edit::Insert { value, strings, after, .. } => {
+                    // The new element goes right after the one shown before its place.
+                    let before = if elements.is_empty() {
+                        list_index(&target.step, 0, here, true)?;
+                        None
+                    } else {
+                        let at = list_index(&target.step, elements.len(), here, false)?;
+                        match after {
+                            true => Some(elements[at].elem),
+                            false => at.checked_sub(1).map(|i| elements[i].elem),
+                        }
+                    };
+                    ops.put_json(obj, ops.elem(before), true, &[], value, *strings)?;
+                }
+                _ => {
+                    let at = list_index(&target.step, elements.len(), here, false)?;
+                    let element = &elements[at];
+                    let current: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
+                    let key = ops.elem(Some(element.elem));
+                    match edit {
+                        Edit::Set { value, strings, .. } => {
+                            ops.put_json(obj, key, false, &current, value, *strings)?;
+                        }
+                        Edit::SetCounter { value, .. } => {
+                            let counter = OpType::Put(ScalarValue::counter(*value));
+                            ops.push(counter, obj, key, &current, false);
+                        }
+                        Edit::Delete { .. } => {
+                            ops.push(OpType::Delete, obj, key, &current, false);
+                        }
+                        Edit::Increment { by, .. } => {
+                            let Some(counter) = structure.element_value(element) else {
+                                return Err(Error::PathNotFound(target.shown));
+                            };
+                            increment(ops, obj, key, counter, *by, &target.shown)?;
+                        }
+                        Edit::Insert { .. } | Edit::Splice { .. } | Edit::Update { .. } => {
+                            unreachable!("handled above")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(Some(()))
+}
+
+fn increment(
+    ops: &mut Ops<'_>,
+    obj: automerge::legacy::ObjectId,
+    key: Key,
+    counter: crate::structure::ValueOp,
+    by: i64,
+    shown: &str,
+) -> Result<(), Error> {
+    if counter.kind != ValueKind::Counter {
+        return Err(Error::NotA {
+            path: shown.to_string(),
+            found: "not a counter",
+            wanted: "a counter",
+        });
+    }
+    ops.push(OpType::Increment(by), obj, key, &[counter.id], false);
+    Ok(())
+}
+
+/// Deletes `delete` characters of a text from `pos` and inserts `text` there: each
+/// character shown is an element, deleted as such, and the new ones go right after the
+/// character before `pos`.
+fn splice(
+    ops: &mut Ops<'_>,
+    text_obj: OpId,
+    elements: &[ShownElement],
+    (pos, delete): (i64, i64),
+    text: &str,
+    shown: &str,
+) -> Result<(), Error> {
+    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete, len };
+    let (Ok(pos), Ok(delete)) = (u64::try_from(pos), u64::try_from(delete)) else {
+        return Err(out_of_range());
+    };
+    let end = pos.checked_add(delete).filter(|end| *end <= len).ok_or_else(out_of_range)?;
+    let obj = ops.obj(text_obj);
+    let (mut offset, mut before) = (0u64, None);
+    for element in elements {
+        let next = offset + element.width;
+        if offset < pos && pos < next || offset < end && end < next {
+            return Err(Error::TextRange {
+                path: shown.to_string(),
+                pos: pos as i64,
+                delete: delete as i64,
+                len,
+            });
+        }
+        if next <= pos {
+            before = Some(element.elem);
+        } else if offset < end {
+            let current: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
+            let key = ops.elem(Some(element.elem));
+            ops.push(OpType::Delete, obj.clone(), key, &current, false);
+        }
+        offset = next;
+    }
+    let before = before.map(|elem| ops.id(elem));
+    ops.insert_text(obj, before, text);
+    Ok(())
+}
