@@ -449,6 +449,7 @@ const CORE_LAYERS: &[&[&str]] = &[
     &["load", "save"],
     &["writes"],
     &["compaction"],
+    &["edits"],
 ];
 
 /// The reliability and Citus tests run only on the clusters that xtask provisions: each is

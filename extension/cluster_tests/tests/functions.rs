@@ -51,6 +51,22 @@ fn writes() {
 }
 
 #[test]
+fn edits() {
+    snapshot(
+        "edits",
+        "WITH e AS (SELECT doc AS before, automerge_splice(automerge_set(automerge_insert( \
+         automerge_set(doc, '{status}', '\"done\"'), '{tags,0}', '\"new\"'), '{title}', '\"Launch plan\"'), \
+         '{title}', 0, 6, 'Release') AS after FROM sample_documents WHERE name = 'project') \
+         SELECT after::jsonb AS edited, \
+         automerge_update(after, jsonb_set(before::jsonb, '{priority}', '3'))::jsonb AS updated FROM e;",
+    );
+    snapshot(
+        "edit_refused",
+        "SELECT automerge_increment(doc, '{title}') FROM sample_documents WHERE name = 'project';",
+    );
+}
+
+#[test]
 fn history() {
     snapshot("heads", "SELECT name, automerge_heads(doc), automerge_change_count(doc) FROM sample_documents ORDER BY name;");
     snapshot(

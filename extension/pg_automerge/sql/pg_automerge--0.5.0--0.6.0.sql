@@ -5,7 +5,8 @@
 -- as another kind of object than their own), which 0.5.0 stored; no save replaces stored
 -- bytes off the write path (the compactor, automerge_compact, automerge_repair) unless it
 -- loads. The compactor leaves a value it cannot save safely as it is, warns once, and
--- counts it: automerge_compactor_status() shows the count.
+-- counts it: automerge_compactor_status() shows the count. Documents can be edited from
+-- SQL (automerge_set, _insert, _delete, _set_counter, _increment, _splice, _update).
 
 CREATE FUNCTION "automerge_compactor_status"() RETURNS TABLE (
 	"compacted" bigint,
@@ -14,3 +15,78 @@ CREATE FUNCTION "automerge_compactor_status"() RETURNS TABLE (
 STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_compactor_status_wrapper';
+
+-- Edits from SQL: each makes one Automerge change by the backend's actor.
+CREATE FUNCTION "automerge_set"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" jsonb,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_set_wrapper';
+
+CREATE FUNCTION "automerge_insert"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" jsonb,
+	"insert_after" bool DEFAULT false,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_insert_wrapper';
+
+CREATE FUNCTION "automerge_delete"(
+	"doc" automerge,
+	"path" TEXT[],
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_delete_wrapper';
+
+CREATE FUNCTION "automerge_set_counter"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" bigint DEFAULT 0,
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_set_counter_wrapper';
+
+CREATE FUNCTION "automerge_increment"(
+	"doc" automerge,
+	"path" TEXT[],
+	"by" bigint DEFAULT 1,
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_increment_wrapper';
+
+CREATE FUNCTION "automerge_splice"(
+	"doc" automerge,
+	"path" TEXT[],
+	"pos" bigint,
+	"delete_count" bigint,
+	"text" TEXT DEFAULT '',
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_splice_wrapper';
+
+CREATE FUNCTION "automerge_update"(
+	"doc" automerge,
+	"value" jsonb,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_update_wrapper';

@@ -8,6 +8,7 @@ mod compaction;
 mod conflicts;
 mod datum;
 mod diff;
+mod edits;
 mod equality;
 mod errors;
 mod gucs;
