@@ -42,8 +42,8 @@ pub enum Error {
     NotText { path: String, found: String },
 
     /// An edit whose path leads to a value of another kind than it edits.
-    #[error("the value at path {path} is {found}: the edit needs {wanted}")]
-    NotA { path: String, found: &'static str, wanted: &'static str },
+    #[error("the value at path {path} is {what}")]
+    NotA { path: String, what: &'static str },
 
     #[error("path element {step} at {path} is not an integer: it indexes a list")]
     NotAnIndex { path: String, step: String },

@@ -408,7 +408,7 @@ proptest! {
     /// the row, the client (which receives every SQL change) and a fresh load agree.
     #[test]
     fn sql_edits_and_client_changes_interleave(
-        steps in prop::collection::vec((any::<bool>(), 0usize..4, "[a-z]{1,4}"), 1..12)
+        steps in prop::collection::vec((any::<bool>(), 0usize..6, "[a-z]{1,4}"), 1..12)
     ) {
         let mut client: AutoCommit = client_document(2);
         let mut stored = stored_from_client_bytes(&client.save(), FAST).unwrap();
@@ -418,7 +418,16 @@ proptest! {
                     0 => Edit::Set { path: path(&["meta", "owner"]), value: json!(word), strings: Strings::Text },
                     1 => Edit::Insert { path: path(&["items", "0"]), value: json!(word), strings: Strings::Text, after: false },
                     2 => Edit::Splice { path: path(&["title"]), pos: 0, delete: 0, text: word.clone() },
-                    _ => Edit::Increment { path: path(&["count"]), by: 2 },
+                    3 => Edit::Increment { path: path(&["count"]), by: 2 },
+                    4 => Edit::Mark {
+                        path: path(&["title"]),
+                        start: 0,
+                        end: 2,
+                        name: "em".into(),
+                        value: json!(word.len() % 2 == 0),
+                        expand: automerge::marks::ExpandMark::After,
+                    },
+                    _ => Edit::SplitBlock { path: path(&["content"]), pos: 1, block: json!({"type": word}) },
                 };
                 let result = edits::edit(&stored, &edit, &meta(), FAST).unwrap();
                 stored = result.stored;
@@ -443,4 +452,51 @@ proptest! {
             prop_assert_eq!(json::document(client.document(), None).unwrap(), kept(&stored));
         }
     }
+}
+
+#[test]
+fn marks_unmarks_and_block_splits_append_and_show() {
+    use automerge::marks::ExpandMark;
+    let stored = client_stored();
+    let mut expected = kept(&stored);
+    let mark = |start, end, value: Json| Edit::Mark {
+        path: path(&["title"]),
+        start,
+        end,
+        name: "link".into(),
+        value,
+        expand: ExpandMark::None,
+    };
+    // Marks change no JSON: the spans show them.
+    let stored = edited(&stored, mark(0, 6, json!("https://example.com")), &expected);
+    let marks_of = |stored: &[u8]| {
+        let doc = loaded(stored);
+        let title = doc.get(ROOT, "title").unwrap().unwrap().1;
+        doc.marks(&title)
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.start, m.end, m.name().to_string(), m.value().to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        marks_of(&stored),
+        vec![(0, 6, "link".to_string(), "\"https://example.com\"".to_string())]
+    );
+    let stored = edited(&stored, mark(2, 4, Json::Null), &expected);
+    assert_eq!(marks_of(&stored).len(), 2, "the unmark splits the link in two");
+    // A block marker shows in the text's JSON as U+FFFC.
+    let mut chars: Vec<char> = expected["content"].as_str().unwrap().chars().collect();
+    chars.insert(7, '\u{fffc}');
+    expected["content"] = json!(chars.iter().collect::<String>());
+    let block = json!({"type": "paragraph", "parents": [], "attrs": {}});
+    let split = Edit::SplitBlock { path: path(&["content"]), pos: 7, block };
+    let stored = edited(&stored, split, &expected);
+    // The content's bold mark, made by the client, is still there.
+    let doc = loaded(&stored);
+    let content = doc.get(ROOT, "content").unwrap().unwrap().1;
+    assert!(doc.marks(&content).unwrap().iter().any(|m| m.name() == "bold"));
+    let refused = |edit: Edit| edits::edit(&stored, &edit, &meta(), FAST).err().map(|e| e.kind());
+    assert_eq!(refused(mark(4, 4, json!(true))), Some(ErrorKind::TextRangeOutOfBounds));
+    assert_eq!(refused(mark(0, 99, json!(true))), Some(ErrorKind::TextRangeOutOfBounds));
+    assert_eq!(refused(mark(0, 2, json!({"a": 1}))), Some(ErrorKind::InvalidParameter));
 }

@@ -8,6 +8,7 @@
 use std::num::NonZeroU64;
 
 use automerge::legacy::{Key, OpType};
+use automerge::marks::ExpandMark;
 use automerge::{Change, ExpandedChange, ScalarValue};
 use serde_json::Value as Json;
 
@@ -44,6 +45,12 @@ pub enum Edit {
     Increment { path: Vec<String>, by: i64 },
     /// Deletes `delete` characters of the text at `path` from `pos`, and inserts `text` there.
     Splice { path: Vec<String>, pos: i64, delete: i64, text: String },
+    /// Marks characters `start..end` of the text at `path` with `name` = `value` (a
+    /// scalar; null unmarks), growing at its ends as `expand` says.
+    Mark { path: Vec<String>, start: i64, end: i64, name: String, value: Json, expand: ExpandMark },
+    /// Splits the text at `path` with a block marker at `pos`, holding `block` (a map:
+    /// `type`, `parents`, `attrs`, as rich-text editors write them; strings plain).
+    SplitBlock { path: Vec<String>, pos: i64, block: Json },
     /// The smallest change that makes the document's JSON `json`.
     Update { json: Json, strings: Strings },
 }
@@ -148,6 +155,10 @@ fn edit_indexed(
     Ok(Some(Edited { stored, change: Some(bytes) }))
 }
 
+/// Why a path cannot go on into a text.
+const INSIDE_TEXT: &str =
+    "inside a text, which a path cannot step into (splice it with automerge_splice)";
+
 /// Where an edit's path leads: the object holding its last step, and that step.
 struct Target {
     obj: OpId,
@@ -199,13 +210,7 @@ fn step_into(
             let at = list_index(step, elements.len(), here, false)?;
             structure.element_value(&elements[at])
         }
-        ObjKind::Text => {
-            return Err(Error::NotA {
-                path: shown(here),
-                found: "inside a text",
-                wanted: "a map or list",
-            })
-        }
+        ObjKind::Text => return Err(Error::NotA { path: shown(here), what: INSIDE_TEXT }),
     };
     value.map(|value| Some(structure.found(value))).ok_or_else(|| Error::PathNotFound(shown(here)))
 }
@@ -233,35 +238,39 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
         | Edit::Delete { path }
         | Edit::Insert { path, .. }
         | Edit::Increment { path, .. }
-        | Edit::Splice { path, .. } => path,
+        | Edit::Splice { path, .. }
+        | Edit::Mark { path, .. }
+        | Edit::SplitBlock { path, .. } => path,
         Edit::Update { .. } => unreachable!("updates are diffed, not placed"),
     };
     let Some(target) = target(structure, path)? else { return Ok(None) };
     let obj = ops.obj(target.obj);
     match (edit, target.kind) {
-        (Edit::Splice { pos, delete, text, .. }, _) => {
+        (Edit::Splice { .. } | Edit::Mark { .. } | Edit::SplitBlock { .. }, _) => {
             let here = path.as_slice();
             let Some(found) = step_into(structure, target.obj, target.kind, &target.step, here)?
             else {
                 return Ok(None);
             };
             let Found::Object(text_obj, ObjKind::Text) = found else {
-                return Err(Error::NotA {
-                    path: target.shown,
-                    found: "not a text",
-                    wanted: "a text",
-                });
+                return Err(Error::NotA { path: target.shown, what: "not a text" });
             };
             let Some(elements) = structure.shown_elements(text_obj) else { return Ok(None) };
-            splice(ops, text_obj, &elements, (*pos, *delete), text, &target.shown)?;
+            let shown = &target.shown;
+            match edit {
+                Edit::Splice { pos, delete, text, .. } => {
+                    splice(ops, text_obj, &elements, (*pos, *delete), text, shown)?
+                }
+                Edit::Mark { start, end, name, value, expand, .. } => {
+                    mark(ops, text_obj, &elements, (*start, *end), (name, value, *expand), shown)?
+                }
+                Edit::SplitBlock { pos, block, .. } => {
+                    split_block(ops, text_obj, &elements, *pos, block, shown)?
+                }
+                _ => unreachable!("a text edit"),
+            }
         }
-        (_, ObjKind::Text) => {
-            return Err(Error::NotA {
-                path: target.shown,
-                found: "inside a text",
-                wanted: "a map key or list element (edit text with automerge_splice)",
-            })
-        }
+        (_, ObjKind::Text) => return Err(Error::NotA { path: target.shown, what: INSIDE_TEXT }),
         (_, ObjKind::Map | ObjKind::Table) => {
             let key = Key::Map(target.step.as_str().into());
             let current: Vec<OpId> = structure
@@ -298,7 +307,7 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
                     };
                     increment(ops, obj, key, counter, *by, &target.shown)?;
                 }
-                Edit::Splice { .. } | Edit::Update { .. } => unreachable!("handled above"),
+                _ => unreachable!("handled above"),
             }
         }
         (_, ObjKind::List) => {
@@ -341,9 +350,7 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
                             };
                             increment(ops, obj, key, counter, *by, &target.shown)?;
                         }
-                        Edit::Insert { .. } | Edit::Splice { .. } | Edit::Update { .. } => {
-                            unreachable!("handled above")
-                        }
+                        _ => unreachable!("handled above"),
                     }
                 }
             }
@@ -361,13 +368,100 @@ fn increment(
     shown: &str,
 ) -> Result<(), Error> {
     if counter.kind != ValueKind::Counter {
-        return Err(Error::NotA {
-            path: shown.to_string(),
-            found: "not a counter",
-            wanted: "a counter",
-        });
+        return Err(Error::NotA { path: shown.to_string(), what: "not a counter" });
     }
     ops.push(OpType::Increment(by), obj, key, &[counter.id], false);
+    Ok(())
+}
+
+/// The element shown right before character `pos` of a text (`None`: its start), or an
+/// error when `pos` is past its end or inside an element of several characters.
+fn element_before(
+    elements: &[ShownElement],
+    pos: u64,
+    out_of_range: impl Fn() -> Error,
+) -> Result<Option<OpId>, Error> {
+    let mut offset = 0u64;
+    let mut before = None;
+    for element in elements {
+        if offset >= pos {
+            break;
+        }
+        offset += element.width;
+        before = Some(element.elem);
+    }
+    if offset == pos {
+        Ok(before)
+    } else {
+        Err(out_of_range())
+    }
+}
+
+/// Marks characters `start..end`: a mark begin right after the character before `start`
+/// and a mark end right after the character before `end`, the end's counter one after the
+/// begin's as the loader requires.
+fn mark(
+    ops: &mut Ops<'_>,
+    text_obj: OpId,
+    elements: &[ShownElement],
+    (start, end): (i64, i64),
+    (name, value, expand): (&str, &Json, ExpandMark),
+    shown: &str,
+) -> Result<(), Error> {
+    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let out_of_range = || Error::TextRange { path: shown.to_string(), pos: start, delete: end - start, len };
+    let (Ok(from), Ok(to)) = (u64::try_from(start), u64::try_from(end)) else {
+        return Err(out_of_range());
+    };
+    if from >= to || to > len {
+        return Err(out_of_range());
+    }
+    let value = match value {
+        Json::Object(_) | Json::Array(_) => {
+            return Err(Error::InvalidParameter(format!(
+                "a mark's value is a string, number, boolean or null, not {value}"
+            )))
+        }
+        Json::String(s) => ScalarValue::Str(s.as_str().into()),
+        Json::Null => ScalarValue::Null,
+        Json::Bool(b) => ScalarValue::Boolean(*b),
+        Json::Number(n) => ops::number(n),
+    };
+    let begin_after = element_before(elements, from, out_of_range)?;
+    let end_after = element_before(elements, to, out_of_range)?;
+    let obj = ops.obj(text_obj);
+    let data = automerge::legacy::MarkData { name: name.into(), value, expand: expand.before() };
+    let begin_key = ops.elem(begin_after);
+    ops.push(OpType::MarkBegin(data), obj.clone(), begin_key, &[], true);
+    let end_key = ops.elem(end_after);
+    ops.push(OpType::MarkEnd(expand.after()), obj, end_key, &[], true);
+    Ok(())
+}
+
+/// Inserts a block marker (a map) at `pos` of a text, with `block`'s fields in it.
+fn split_block(
+    ops: &mut Ops<'_>,
+    text_obj: OpId,
+    elements: &[ShownElement],
+    pos: i64,
+    block: &Json,
+    shown: &str,
+) -> Result<(), Error> {
+    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete: 0, len };
+    let Json::Object(fields) = block else {
+        return Err(Error::InvalidParameter(format!("a block is a JSON object, not {block}")));
+    };
+    let at = u64::try_from(pos).map_err(|_| out_of_range())?;
+    let after = element_before(elements, at, out_of_range)?;
+    let obj = ops.obj(text_obj);
+    let key = ops.elem(after);
+    let made = ops.push(OpType::Make(automerge::ObjType::Map), obj, key, &[], true);
+    for (name, value) in fields {
+        let key = Key::Map(name.as_str().into());
+        let inner = automerge::legacy::ObjectId::Id(made.clone());
+        ops.put_json(inner, key, false, &[], value, Strings::Plain)?;
+    }
     Ok(())
 }
 
