@@ -16,7 +16,8 @@ STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_compactor_status_wrapper';
 
--- Edits from SQL: each makes one Automerge change by the backend's actor.
+-- Edits from SQL: each makes one Automerge change by the backend's actor; the _change
+-- variants return the change instead of the document.
 CREATE FUNCTION "automerge_set"(
 	"doc" automerge,
 	"path" TEXT[],
@@ -81,6 +82,44 @@ VOLATILE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_splice_wrapper';
 
+CREATE FUNCTION "automerge_mark"(
+	"doc" automerge,
+	"path" TEXT[],
+	"start_pos" bigint,
+	"end_pos" bigint,
+	"name" TEXT,
+	"value" jsonb DEFAULT 'true',
+	"expand" TEXT DEFAULT 'after',
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_mark_wrapper';
+
+CREATE FUNCTION "automerge_unmark"(
+	"doc" automerge,
+	"path" TEXT[],
+	"start_pos" bigint,
+	"end_pos" bigint,
+	"name" TEXT,
+	"expand" TEXT DEFAULT 'after',
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_unmark_wrapper';
+
+CREATE FUNCTION "automerge_split_block"(
+	"doc" automerge,
+	"path" TEXT[],
+	"pos" bigint,
+	"block" jsonb DEFAULT '{"type": "paragraph", "parents": [], "attrs": {}}',
+	"message" TEXT DEFAULT NULL
+) RETURNS automerge
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_split_block_wrapper';
+
 CREATE FUNCTION "automerge_update"(
 	"doc" automerge,
 	"value" jsonb,
@@ -90,3 +129,115 @@ CREATE FUNCTION "automerge_update"(
 VOLATILE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_update_wrapper';
+
+CREATE FUNCTION "automerge_set_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" jsonb,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_set_change_wrapper';
+
+CREATE FUNCTION "automerge_insert_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" jsonb,
+	"insert_after" bool DEFAULT false,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_insert_change_wrapper';
+
+CREATE FUNCTION "automerge_delete_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_delete_change_wrapper';
+
+CREATE FUNCTION "automerge_set_counter_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"value" bigint DEFAULT 0,
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_set_counter_change_wrapper';
+
+CREATE FUNCTION "automerge_increment_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"by" bigint DEFAULT 1,
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_increment_change_wrapper';
+
+CREATE FUNCTION "automerge_splice_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"pos" bigint,
+	"delete_count" bigint,
+	"text" TEXT DEFAULT '',
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_splice_change_wrapper';
+
+CREATE FUNCTION "automerge_mark_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"start_pos" bigint,
+	"end_pos" bigint,
+	"name" TEXT,
+	"value" jsonb DEFAULT 'true',
+	"expand" TEXT DEFAULT 'after',
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_mark_change_wrapper';
+
+CREATE FUNCTION "automerge_unmark_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"start_pos" bigint,
+	"end_pos" bigint,
+	"name" TEXT,
+	"expand" TEXT DEFAULT 'after',
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_unmark_change_wrapper';
+
+CREATE FUNCTION "automerge_split_block_change"(
+	"doc" automerge,
+	"path" TEXT[],
+	"pos" bigint,
+	"block" jsonb DEFAULT '{"type": "paragraph", "parents": [], "attrs": {}}',
+	"message" TEXT DEFAULT NULL
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_split_block_change_wrapper';
+
+CREATE FUNCTION "automerge_update_change"(
+	"doc" automerge,
+	"value" jsonb,
+	"message" TEXT DEFAULT NULL,
+	"plain_strings" bool DEFAULT false
+) RETURNS bytea
+VOLATILE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'automerge_update_change_wrapper';

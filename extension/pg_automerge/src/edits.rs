@@ -1,11 +1,15 @@
 //! Edits from SQL, named after the jsonb functions they mirror, each returning the edited
 //! document: `automerge_set` (`jsonb_set`), `automerge_insert` (`jsonb_insert`),
 //! `automerge_delete` (`#-`), `automerge_increment`, `automerge_set_counter`,
-//! `automerge_splice` and `automerge_update`. Each is one Automerge change by this
-//! backend's actor, stamped with the transaction's start time and an optional message.
-//! Volatile: two calls on one document make two changes.
+//! `automerge_splice`, `automerge_mark`, `automerge_unmark`, `automerge_split_block` and
+//! `automerge_update`. Each is one Automerge change by this backend's actor, stamped with
+//! the transaction's start time and an optional message. Volatile: two calls on one
+//! document make two changes. `edit_changes.rs` defines the variants that return the
+//! change instead; both build their edit with the functions here.
 
-use pg_automerge_core::edits::{self, ChangeMeta, Edit, Strings};
+use automerge::marks::ExpandMark;
+use pg_automerge_core::edits::{self, ChangeMeta, Edit, Edited, Strings};
+use pg_automerge_core::Error;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -22,7 +26,7 @@ fn meta(message: Option<&str>) -> ChangeMeta {
     ChangeMeta { message: message.map(str::to_string), time: started / 1000 + POSTGRES_EPOCH_MS }
 }
 
-fn strings(plain: bool) -> Strings {
+pub(crate) fn strings(plain: bool) -> Strings {
     if plain {
         Strings::Plain
     } else {
@@ -30,17 +34,90 @@ fn strings(plain: bool) -> Strings {
     }
 }
 
-/// The edited document; NULL when the document is (as `jsonb_set` is strict in it).
-fn edited(
+/// The edit made; `None` (the function returns NULL) when the document, or an argument
+/// the edit needs, is NULL, as `jsonb_set` is strict in them.
+pub(crate) fn edited(
     doc: Option<StoredDoc<'_>>,
     edit: Option<Edit>,
     message: Option<&str>,
     function: &'static str,
-) -> Option<StoredDoc<'static>> {
+) -> Option<Edited> {
     let (doc, edit) = (doc?, edit?);
-    let edited =
-        edits::edit(doc.stored(), &edit, &meta(message), gucs::write_settings()).or_raise(function);
-    Some(StoredDoc::owned(edited.stored))
+    Some(
+        edits::edit(doc.stored(), &edit, &meta(message), gucs::write_settings()).or_raise(function),
+    )
+}
+
+fn document(edited: Option<Edited>) -> Option<StoredDoc<'static>> {
+    edited.map(|edited| StoredDoc::owned(edited.stored))
+}
+
+pub(crate) fn set(path: Option<Vec<String>>, value: Option<JsonB>, plain: bool) -> Option<Edit> {
+    Some(Edit::Set { path: path?, value: value?.0, strings: strings(plain) })
+}
+
+pub(crate) fn insert(
+    path: Option<Vec<String>>,
+    value: Option<JsonB>,
+    after: bool,
+    plain: bool,
+) -> Option<Edit> {
+    Some(Edit::Insert { path: path?, value: value?.0, strings: strings(plain), after })
+}
+
+pub(crate) fn splice(
+    path: Option<Vec<String>>,
+    pos: Option<i64>,
+    delete: Option<i64>,
+    text: &str,
+) -> Option<Edit> {
+    Some(Edit::Splice { path: path?, pos: pos?, delete: delete?, text: text.to_string() })
+}
+
+/// A mark of `start..end`; a NULL `value` unmarks.
+pub(crate) fn mark(
+    path: Option<Vec<String>>,
+    (start, end): (Option<i64>, Option<i64>),
+    name: Option<&str>,
+    value: Option<JsonB>,
+    expand: &str,
+    function: &'static str,
+) -> Option<Edit> {
+    let expand = expand_of(expand).or_raise(function);
+    let value = value.map_or(serde_json::Value::Null, |value| value.0);
+    Some(Edit::Mark {
+        path: path?,
+        start: start?,
+        end: end?,
+        name: name?.to_string(),
+        value,
+        expand,
+    })
+}
+
+/// How a mark grows when text is typed at its ends, named as `@automerge/automerge` names it.
+fn expand_of(expand: &str) -> Result<ExpandMark, Error> {
+    match expand {
+        "before" => Ok(ExpandMark::Before),
+        "after" => Ok(ExpandMark::After),
+        "both" => Ok(ExpandMark::Both),
+        "none" => Ok(ExpandMark::None),
+        other => Err(Error::InvalidParameter(format!(
+            "expand is 'before', 'after', 'both' or 'none', not '{other}'"
+        ))),
+    }
+}
+
+pub(crate) fn split_block(
+    path: Option<Vec<String>>,
+    pos: Option<i64>,
+    block: Option<JsonB>,
+) -> Option<Edit> {
+    Some(Edit::SplitBlock { path: path?, pos: pos?, block: block?.0 })
+}
+
+pub(crate) fn update(value: Option<JsonB>, plain: bool) -> Option<Edit> {
+    Some(Edit::Update { json: value?.0, strings: strings(plain) })
 }
 
 #[pg_extern(volatile)]
@@ -51,9 +128,7 @@ fn automerge_set(
     message: default!(Option<&str>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
-    let edit =
-        (|| Some(Edit::Set { path: path?, value: value?.0, strings: strings(plain_strings) }))();
-    edited(doc, edit, message, "automerge_set")
+    document(edited(doc, set(path, value, plain_strings), message, "automerge_set"))
 }
 
 #[pg_extern(volatile)]
@@ -65,11 +140,12 @@ fn automerge_insert(
     message: default!(Option<&str>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
-    let edit = (|| {
-        let (path, value) = (path?, value?.0);
-        Some(Edit::Insert { path, value, strings: strings(plain_strings), after: insert_after })
-    })();
-    edited(doc, edit, message, "automerge_insert")
+    document(edited(
+        doc,
+        insert(path, value, insert_after, plain_strings),
+        message,
+        "automerge_insert",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -78,7 +154,7 @@ fn automerge_delete(
     path: Option<Vec<String>>,
     message: default!(Option<&str>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    edited(doc, path.map(|path| Edit::Delete { path }), message, "automerge_delete")
+    document(edited(doc, path.map(|path| Edit::Delete { path }), message, "automerge_delete"))
 }
 
 #[pg_extern(volatile)]
@@ -88,8 +164,12 @@ fn automerge_set_counter(
     value: default!(i64, 0),
     message: default!(Option<&str>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    let edit = path.map(|path| Edit::SetCounter { path, value });
-    edited(doc, edit, message, "automerge_set_counter")
+    document(edited(
+        doc,
+        path.map(|path| Edit::SetCounter { path, value }),
+        message,
+        "automerge_set_counter",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -99,7 +179,12 @@ fn automerge_increment(
     by: default!(i64, 1),
     message: default!(Option<&str>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    edited(doc, path.map(|path| Edit::Increment { path, by }), message, "automerge_increment")
+    document(edited(
+        doc,
+        path.map(|path| Edit::Increment { path, by }),
+        message,
+        "automerge_increment",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -111,11 +196,55 @@ fn automerge_splice(
     text: default!(&str, "''"),
     message: default!(Option<&str>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    let edit = (|| {
-        let (path, pos, delete) = (path?, pos?, delete_count?);
-        Some(Edit::Splice { path, pos, delete, text: text.to_string() })
-    })();
-    edited(doc, edit, message, "automerge_splice")
+    document(edited(doc, splice(path, pos, delete_count, text), message, "automerge_splice"))
+}
+
+#[pg_extern(volatile)]
+fn automerge_mark(
+    doc: Option<StoredDoc<'_>>,
+    path: Option<Vec<String>>,
+    start_pos: Option<i64>,
+    end_pos: Option<i64>,
+    name: Option<&str>,
+    value: default!(Option<JsonB>, "'true'"),
+    expand: default!(&str, "'after'"),
+    message: default!(Option<&str>, "NULL"),
+) -> Option<StoredDoc<'static>> {
+    document(edited(
+        doc,
+        mark(path, (start_pos, end_pos), name, value, expand, "automerge_mark"),
+        message,
+        "automerge_mark",
+    ))
+}
+
+#[pg_extern(volatile)]
+fn automerge_unmark(
+    doc: Option<StoredDoc<'_>>,
+    path: Option<Vec<String>>,
+    start_pos: Option<i64>,
+    end_pos: Option<i64>,
+    name: Option<&str>,
+    expand: default!(&str, "'after'"),
+    message: default!(Option<&str>, "NULL"),
+) -> Option<StoredDoc<'static>> {
+    document(edited(
+        doc,
+        mark(path, (start_pos, end_pos), name, None, expand, "automerge_unmark"),
+        message,
+        "automerge_unmark",
+    ))
+}
+
+#[pg_extern(volatile)]
+fn automerge_split_block(
+    doc: Option<StoredDoc<'_>>,
+    path: Option<Vec<String>>,
+    pos: Option<i64>,
+    block: default!(Option<JsonB>, "'{\"type\": \"paragraph\", \"parents\": [], \"attrs\": {}}'"),
+    message: default!(Option<&str>, "NULL"),
+) -> Option<StoredDoc<'static>> {
+    document(edited(doc, split_block(path, pos, block), message, "automerge_split_block"))
 }
 
 #[pg_extern(volatile)]
@@ -125,8 +254,7 @@ fn automerge_update(
     message: default!(Option<&str>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
-    let edit = value.map(|value| Edit::Update { json: value.0, strings: strings(plain_strings) });
-    edited(doc, edit, message, "automerge_update")
+    document(edited(doc, update(value, plain_strings), message, "automerge_update"))
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -168,6 +296,38 @@ mod tests {
     }
 
     #[pg_test]
+    fn marks_blocks_and_changes() {
+        let text = |sql: &str| Spi::get_one::<String>(sql).unwrap().unwrap();
+        let with_doc = "WITH d AS (SELECT automerge_update('\\x'::automerge, '{\"body\": \"Hello world\"}') AS doc)";
+        let marked = text(&format!(
+            "{with_doc} SELECT automerge_spans(automerge_mark(doc, '{{body}}', 0, 5, 'bold'), '{{body}}')::text FROM d"
+        ));
+        assert_eq!(
+            marked,
+            r#"[{"type": "text", "marks": {"bold": true}, "value": "Hello"}, {"type": "text", "value": " world"}]"#
+        );
+        let unmarked = text(&format!(
+            "{with_doc} SELECT automerge_spans(automerge_unmark(automerge_mark(doc, '{{body}}', 0, 5, 'bold'), \
+             '{{body}}', 0, 5, 'bold'), '{{body}}')::text FROM d"
+        ));
+        assert!(!unmarked.contains("bold"), "{unmarked}");
+        let split = text(&format!(
+            "{with_doc} SELECT automerge_split_block(doc, '{{body}}', 5)->>'body' FROM d"
+        ));
+        assert_eq!(split, "Hello\u{fffc} world");
+        // A change variant's bytes, applied to the document, make the same edit.
+        let applied = text(&format!(
+            "{with_doc} SELECT (doc || automerge_set_change(doc, '{{x}}', '\"y\"'))->>'x' FROM d"
+        ));
+        assert_eq!(applied, "y");
+        let nothing = Spi::get_one::<Vec<u8>>(&format!(
+            "{with_doc} SELECT automerge_update_change(doc, doc::jsonb) FROM d"
+        ))
+        .unwrap();
+        assert!(nothing.is_none(), "an update to the same JSON makes no change");
+    }
+
+    #[pg_test]
     fn refusals_have_their_sqlstates() {
         let doc = "automerge_update('\\x'::automerge, '{\"title\": \"Plan\", \"items\": [1]}')";
         let cases = [
@@ -176,6 +336,10 @@ mod tests {
             (format!("automerge_delete({doc}, '{{nope}}')"), "22023"),
             (format!("automerge_increment({doc}, '{{title}}')"), "42809"),
             (format!("automerge_splice({doc}, '{{title}}', 9, 0, 'x')"), "22011"),
+            (
+                format!("automerge_mark({doc}, '{{title}}', 0, 2, 'b', expand => 'sideways')"),
+                "22023",
+            ),
         ];
         for (sql, sqlstate) in cases {
             assert_eq!(sqlstate_of(&format!("SELECT {sql}")), sqlstate, "{sql}");

@@ -8,6 +8,7 @@ mod compaction;
 mod conflicts;
 mod datum;
 mod diff;
+mod edit_changes;
 mod edits;
 mod equality;
 mod errors;

@@ -409,7 +409,8 @@ fn mark(
     shown: &str,
 ) -> Result<(), Error> {
     let len: u64 = elements.iter().map(|e| e.width).sum();
-    let out_of_range = || Error::TextRange { path: shown.to_string(), pos: start, delete: end - start, len };
+    let out_of_range =
+        || Error::TextRange { path: shown.to_string(), pos: start, delete: end - start, len };
     let (Ok(from), Ok(to)) = (u64::try_from(start), u64::try_from(end)) else {
         return Err(out_of_range());
     };
