@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value as Json};
 
 mod support;
-use support::assert_loads;
+use support::{assert_loads, sample};
 
 const FAST: WriteSettings = WriteSettings { append_limit: 1000, ..WriteSettings::UNLIMITED };
 
@@ -71,6 +71,7 @@ fn edited(stored: &[u8], edit: Edit, expected: &Json) -> Vec<u8> {
     assert_eq!(appended(&result.stored), before + 1, "{edit:?} loaded the document");
     assert_loads(&result.stored);
     assert_eq!(&kept(&result.stored), expected, "{edit:?}");
+    sample("sql-edit", &result.stored, 1, &mut 0);
     result.stored
 }
 
@@ -394,6 +395,7 @@ proptest! {
         let result = edits::edit(&stored, &Edit::Update { json: target.clone(), strings }, &meta(), FAST).unwrap();
         assert_loads(&result.stored);
         prop_assert_eq!(&kept(&result.stored), &js_numbers(&target));
+        sample("sql-update", &result.stored, 1, &mut 0);
         if let Some(change) = &result.change {
             prop_assert_eq!(appended(&result.stored), appended(&stored) + 1);
             client.load_incremental(change).unwrap();
@@ -450,6 +452,7 @@ proptest! {
             }
             assert_loads(&stored);
             prop_assert_eq!(json::document(client.document(), None).unwrap(), kept(&stored));
+            sample("sql-and-client", &stored, 1, &mut 0);
         }
     }
 }

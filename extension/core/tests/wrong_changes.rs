@@ -8,8 +8,6 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use automerge::legacy::{Key, OpId, SortedVec};
 use automerge::transaction::Transactable;
 use automerge::Automerge;
@@ -20,7 +18,7 @@ use fixtures::wrong_changes::{
 use pg_automerge_core::writes::stored_from_client_bytes;
 use pg_automerge_core::ErrorKind;
 use proptest::prelude::*;
-use support::{assert_loads, checked_write, honest_and_wrong_writes, Entry, FAST};
+use support::{assert_loads, checked_write, honest_and_wrong_writes, sample, Entry, FAST};
 
 /// `incoming` through every entry point: what broke, one line each.
 fn through_every_entry(what: &str, server: &[u8], incoming: &[u8]) -> Vec<String> {
@@ -251,36 +249,6 @@ fn adversarial_change_that_skips_its_actors_previous_change() {
 }
 
 // The property: replicas edit honestly, wrong changes come in between.
-
-/// Where accepted payloads are written for the Node.js check, and how many of each label at
-/// most.
-fn samples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/accepted-samples")
-}
-const MAX_SAMPLES_PER_LABEL: usize = 100;
-
-/// Writes the payload of an accepted value, named by its heads, now and then.
-fn sample(label: &str, stored: &[u8], every: usize, count: &mut usize) {
-    *count += 1;
-    if !(*count).is_multiple_of(every) {
-        return;
-    }
-    let dir = samples_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    // Each label has its own share, so that no test's samples crowd out another's.
-    let prefix = format!("{label}-");
-    let written = std::fs::read_dir(&dir).map_or(0, |entries| {
-        entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count()
-    });
-    if written >= MAX_SAMPLES_PER_LABEL {
-        return;
-    }
-    let value = pg_automerge_core::format::decode(stored).unwrap();
-    let name: String =
-        value.summary.heads.iter().map(|h| h.to_string()[..16].to_string()).collect();
-    let name = if name.is_empty() { "empty".to_string() } else { name };
-    std::fs::write(dir.join(format!("{label}-{name}.automerge")), value.payload).unwrap();
-}
 
 proptest! {
     #![proptest_config(ProptestConfig {

@@ -1,6 +1,7 @@
 //! Random concurrent editing for the properties: three replicas of a base document (a
 //! list and a text at the root) put root keys, insert into the list, splice the text and
-//! now and then sync with one another.
+//! now and then sync with one another; and the samples of accepted values that
+//! examples/node-client/load-samples.mjs loads with `@automerge/automerge`.
 
 #![allow(dead_code)] // each test binary uses part of it
 
@@ -10,6 +11,49 @@ use proptest::prelude::*;
 
 mod loads;
 pub use loads::*;
+
+use std::path::PathBuf;
+
+use pg_automerge_core::{json_reads, kept_json};
+
+/// Where accepted payloads are written for the Node.js check, and how many of each label at
+/// most.
+fn samples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/accepted-samples")
+}
+const MAX_SAMPLES_PER_LABEL: usize = 100;
+
+/// Writes the payload of an accepted value, named by its heads, now and then, and the
+/// JSON it keeps beside it.
+pub fn sample(label: &str, stored: &[u8], every: usize, count: &mut usize) {
+    *count += 1;
+    if !(*count).is_multiple_of(every) {
+        return;
+    }
+    let dir = samples_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    // Each label has its own share, so that no test's samples crowd out another's.
+    let prefix = format!("{label}-");
+    let written = std::fs::read_dir(&dir).map_or(0, |entries| {
+        let name = |e: &std::fs::DirEntry| e.file_name().to_string_lossy().to_string();
+        entries
+            .flatten()
+            .filter(|e| name(e).starts_with(&prefix) && name(e).ends_with(".automerge"))
+            .count()
+    });
+    if written >= MAX_SAMPLES_PER_LABEL {
+        return;
+    }
+    let value = pg_automerge_core::format::decode(stored).unwrap();
+    let name: String =
+        value.summary.heads.iter().map(|h| h.to_string()[..16].to_string()).collect();
+    let name = if name.is_empty() { "empty".to_string() } else { name };
+    std::fs::write(dir.join(format!("{label}-{name}.automerge")), value.payload).unwrap();
+    // The JSON the value keeps, which the JS client's load must show too.
+    if let Some(json) = json_reads::kept(stored, &kept_json::TextJson).unwrap() {
+        std::fs::write(dir.join(format!("{label}-{name}.json")), json.to_string()).unwrap();
+    }
+}
 
 /// Asserts the invariant of issue 14 on a stored value (see [`check_loads`]).
 #[track_caller]
