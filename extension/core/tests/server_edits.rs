@@ -503,3 +503,33 @@ fn marks_unmarks_and_block_splits_append_and_show() {
     assert_eq!(refused(mark(0, 99, json!(true))), Some(ErrorKind::TextRangeOutOfBounds));
     assert_eq!(refused(mark(0, 2, json!({"a": 1}))), Some(ErrorKind::InvalidParameter));
 }
+
+/// The changes `@automerge/automerge` 3 made, applied to a row that SQL edits in between:
+/// each JS change is concurrent with the SQL edits before it, and every value loads, shows
+/// the JSON a fresh load shows, and appends (no load) as a client's change would.
+#[test]
+fn js_changes_and_sql_edits_interleave_on_one_row() {
+    let sessions: Json =
+        serde_json::from_str(include_str!("../../../fixtures/js/edits.json")).unwrap();
+    for session in sessions.as_array().unwrap() {
+        let save = hex::decode(session["save"].as_str().unwrap()).unwrap();
+        let mut stored = stored_from_client_bytes(&save, FAST).unwrap();
+        for (n, change) in session["changes"].as_array().unwrap().iter().enumerate() {
+            let edit = Edit::Set {
+                path: path(&[&format!("sql_{}", n % 3)]),
+                value: json!({"n": n, "note": format!("edit {n}")}),
+                strings: Strings::Text,
+            };
+            let before = appended(&stored);
+            stored = edits::edit(&stored, &edit, &meta(), FAST).unwrap().stored;
+            stored = writes::apply(&stored, &hex::decode(change.as_str().unwrap()).unwrap(), FAST)
+                .unwrap();
+            assert_eq!(appended(&stored), before + 2, "change {n} or the edit before it loaded");
+            assert_loads(&stored);
+            let json = json::document(&loaded(&stored), None).unwrap();
+            assert_eq!(kept(&stored), json, "after change {n}");
+            assert_eq!(kept(&stored)[format!("sql_{}", n % 3)]["n"], json!(n));
+            sample("sql-and-js", &stored, 1, &mut 0);
+        }
+    }
+}
