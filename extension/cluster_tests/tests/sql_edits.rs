@@ -75,7 +75,7 @@ async fn writers_editing_one_row_at_once_lose_nothing() {
         json["log"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
     assert_eq!(log.len(), WRITERS * per_kind);
     for w in 0..WRITERS {
-        let last = (0..EDITS_PER_WRITER).filter(|e| e % 3 == 0).last().unwrap();
+        let last = (0..EDITS_PER_WRITER).rfind(|e| e % 3 == 0).unwrap();
         assert_eq!(json[format!("w{w}")], last as i64);
     }
     // The automerge crate's load of the bytes shows the JSON SQL shows.
