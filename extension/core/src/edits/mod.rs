@@ -19,7 +19,9 @@ use crate::load::load_stored;
 use crate::save::to_stored;
 use crate::settings::WriteSettings;
 use crate::spans::shown;
-use crate::structure::{Found, ObjKind, OpId, ShownElement, Structure, ValueKind};
+use crate::structure::{
+    shown_width, value_ids, Found, ObjKind, OpId, ShownElement, Structure, ValueKind,
+};
 use crate::{index_cache, writes, Error};
 
 pub mod actors;
@@ -273,10 +275,8 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
         (_, ObjKind::Text) => return Err(Error::NotA { path: target.shown, what: INSIDE_TEXT }),
         (_, ObjKind::Map | ObjKind::Table) => {
             let key = Key::Map(target.step.as_str().into());
-            let current: Vec<OpId> = structure
-                .key_values(target.obj, &target.step)
-                .map(|values| values.iter().map(|v| v.id).collect())
-                .unwrap_or_default();
+            let current =
+                structure.key_values(target.obj, &target.step).map_or(Vec::new(), |v| value_ids(v));
             let winner = structure.key_value(target.obj, &target.step);
             match edit {
                 Edit::Set { value, strings, .. } => {
@@ -331,7 +331,7 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
                 _ => {
                     let at = list_index(&target.step, elements.len(), here, false)?;
                     let element = &elements[at];
-                    let current: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
+                    let current = value_ids(&element.values);
                     let key = ops.elem(Some(element.elem));
                     match edit {
                         Edit::Set { value, strings, .. } => {
@@ -408,7 +408,7 @@ fn mark(
     (name, value, expand): (&str, &Json, ExpandMark),
     shown: &str,
 ) -> Result<(), Error> {
-    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let len = shown_width(elements);
     let out_of_range =
         || Error::TextRange { path: shown.to_string(), pos: start, delete: end - start, len };
     let (Ok(from), Ok(to)) = (u64::try_from(start), u64::try_from(end)) else {
@@ -448,7 +448,7 @@ fn split_block(
     block: &Json,
     shown: &str,
 ) -> Result<(), Error> {
-    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let len = shown_width(elements);
     let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete: 0, len };
     let Json::Object(fields) = block else {
         return Err(Error::InvalidParameter(format!("a block is a JSON object, not {block}")));
@@ -477,30 +477,24 @@ fn splice(
     text: &str,
     shown: &str,
 ) -> Result<(), Error> {
-    let len: u64 = elements.iter().map(|e| e.width).sum();
+    let len = shown_width(elements);
     let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete, len };
-    let (Ok(pos), Ok(delete)) = (u64::try_from(pos), u64::try_from(delete)) else {
+    let (Ok(from), Ok(count)) = (u64::try_from(pos), u64::try_from(delete)) else {
         return Err(out_of_range());
     };
-    let end = pos.checked_add(delete).filter(|end| *end <= len).ok_or_else(out_of_range)?;
+    let end = from.checked_add(count).filter(|end| *end <= len).ok_or_else(out_of_range)?;
     let obj = ops.obj(text_obj);
     let (mut offset, mut before) = (0u64, None);
     for element in elements {
         let next = offset + element.width;
-        if offset < pos && pos < next || offset < end && end < next {
-            return Err(Error::TextRange {
-                path: shown.to_string(),
-                pos: pos as i64,
-                delete: delete as i64,
-                len,
-            });
+        if offset < from && from < next || offset < end && end < next {
+            return Err(out_of_range());
         }
-        if next <= pos {
+        if next <= from {
             before = Some(element.elem);
         } else if offset < end {
-            let current: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
             let key = ops.elem(Some(element.elem));
-            ops.push(OpType::Delete, obj.clone(), key, &current, false);
+            ops.push(OpType::Delete, obj.clone(), key, &value_ids(&element.values), false);
         }
         offset = next;
     }

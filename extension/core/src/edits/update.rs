@@ -11,7 +11,7 @@ use serde_json::{Map, Value as Json};
 use super::ops::{number, Ops, Strings};
 use super::splice;
 use crate::json::MAX_DEPTH;
-use crate::structure::{ObjKind, OpId, ValueKind, ValueOp};
+use crate::structure::{shown_width, value_ids, ObjKind, OpId, ValueKind, ValueOp};
 use crate::Error;
 
 /// Adds to `ops` what turns `current` (the document's JSON) into `target`; `Ok(None)` when
@@ -49,7 +49,7 @@ impl Diff<'_, '_> {
         structure.modelled_kind(obj)?;
         let obj_id = self.ops.obj(obj);
         for key in current.keys().filter(|key| !target.contains_key(*key)) {
-            let pred: Vec<OpId> = structure.key_values(obj, key)?.iter().map(|v| v.id).collect();
+            let pred = value_ids(structure.key_values(obj, key)?);
             self.ops.push(
                 OpType::Delete,
                 obj_id.clone(),
@@ -61,10 +61,9 @@ impl Diff<'_, '_> {
         for (key, wanted) in target {
             let at = Key::Map(key.as_str().into());
             match current.get(key) {
-                Some(shown) if same(shown, wanted) => {}
+                // `value` leaves an unchanged value as it is, comparing it once.
                 Some(shown) => {
-                    let values = structure.key_values(obj, key)?;
-                    let pred: Vec<OpId> = values.iter().map(|v| v.id).collect();
+                    let pred = value_ids(structure.key_values(obj, key)?);
                     let winner = structure.key_value(obj, key)?;
                     self.value(obj_id.clone(), at, winner, &pred, shown, wanted, depth)?;
                 }
@@ -147,13 +146,13 @@ impl Diff<'_, '_> {
         let paired = old.len().min(new.len());
         for i in 0..paired {
             let element = &elements[prefix + i];
-            let pred: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
+            let pred = value_ids(&element.values);
             let winner = structure.element_value(element)?;
             let key = self.ops.elem(Some(element.elem));
             self.value(obj.clone(), key, winner, &pred, &old[i], &new[i], depth)?;
         }
         for element in &elements[prefix + paired..prefix + old.len()] {
-            let pred: Vec<OpId> = element.values.iter().map(|v| v.id).collect();
+            let pred = value_ids(&element.values);
             let key = self.ops.elem(Some(element.elem));
             self.ops.push(OpType::Delete, obj.clone(), key, &pred, false);
         }
@@ -170,7 +169,7 @@ impl Diff<'_, '_> {
     fn text(&mut self, text: OpId, shown: &str, wanted: &str) -> Option<()> {
         let elements = self.ops.structure.shown_elements(text)?;
         let (s, w): (Vec<char>, Vec<char>) = (shown.chars().collect(), wanted.chars().collect());
-        if elements.iter().map(|e| e.width).sum::<u64>() != s.len() as u64 {
+        if shown_width(&elements) != s.len() as u64 {
             return None;
         }
         let prefix = s.iter().zip(&w).take_while(|(a, b)| a == b).count();

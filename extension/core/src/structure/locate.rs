@@ -25,6 +25,17 @@ pub struct ShownElement {
     pub width: u64,
 }
 
+/// The ids of the operations `values` holds: what an operation replacing them names as
+/// its predecessors.
+pub fn value_ids(values: &[ValueOp]) -> Vec<OpId> {
+    values.iter().map(|value| value.id).collect()
+}
+
+/// The characters (or list items) the elements show in all.
+pub fn shown_width(elements: &[ShownElement]) -> u64 {
+    elements.iter().map(|element| element.width).sum()
+}
+
 impl Structure {
     /// What a map key shows: its winning value. `None` when the map lacks the key, or the
     /// object is not a map the index models.
