@@ -410,7 +410,10 @@ fn append_line(variable: &str, file: &str, line: &str) {
         .unwrap_or_else(|| workspace_root().join("target/criterion").join(file));
     std::fs::create_dir_all(path.parent().expect("a file has a directory")).unwrap();
     let mut file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
-    writeln!(file, "{line}").unwrap();
+    // One write of the whole line: `core` and `sql` run side by side and append to the same
+    // files, and `writeln!` on a file writes each formatted piece separately, so their
+    // pieces interleaved.
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
 }
 
 /// Whether the run's filter (`PG_AUTOMERGE_BENCH_FILTER`, the regular expression `cargo
