@@ -185,8 +185,12 @@ mod tests {
         SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
     }
 
+    /// A file of its own for each call: tests run in parallel, and one rewriting a file
+    /// another reads would hand it a truncated secret.
     fn file(name: &str, contents: &[u8]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("sync-auth-{}", std::process::id()));
+        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sync-auth-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, contents).unwrap();
