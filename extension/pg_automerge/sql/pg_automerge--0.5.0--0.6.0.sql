@@ -16,13 +16,15 @@ STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'automerge_compactor_status_wrapper';
 
--- Edits from SQL: each makes one Automerge change by the backend's actor; the _change
+-- Edits from SQL: each makes one Automerge change by the backend's actor, stamped with
+-- change_time or the transaction's start; the _change
 -- variants return the change instead of the document.
 CREATE FUNCTION "automerge_set"(
 	"doc" automerge,
 	"path" TEXT[],
 	"value" jsonb,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS automerge
 VOLATILE
@@ -35,6 +37,7 @@ CREATE FUNCTION "automerge_insert"(
 	"value" jsonb,
 	"insert_after" bool DEFAULT false,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS automerge
 VOLATILE
@@ -44,7 +47,8 @@ AS 'MODULE_PATHNAME', 'automerge_insert_wrapper';
 CREATE FUNCTION "automerge_delete"(
 	"doc" automerge,
 	"path" TEXT[],
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -54,7 +58,8 @@ CREATE FUNCTION "automerge_set_counter"(
 	"doc" automerge,
 	"path" TEXT[],
 	"value" bigint DEFAULT 0,
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -64,7 +69,8 @@ CREATE FUNCTION "automerge_increment"(
 	"doc" automerge,
 	"path" TEXT[],
 	"by" bigint DEFAULT 1,
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -76,7 +82,8 @@ CREATE FUNCTION "automerge_splice"(
 	"pos" bigint,
 	"delete_count" bigint,
 	"text" TEXT DEFAULT '',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -90,7 +97,8 @@ CREATE FUNCTION "automerge_mark"(
 	"name" TEXT,
 	"value" jsonb DEFAULT 'true',
 	"expand" TEXT DEFAULT 'after',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -103,7 +111,8 @@ CREATE FUNCTION "automerge_unmark"(
 	"end_pos" bigint,
 	"name" TEXT,
 	"expand" TEXT DEFAULT 'after',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -114,7 +123,8 @@ CREATE FUNCTION "automerge_split_block"(
 	"path" TEXT[],
 	"pos" bigint,
 	"block" jsonb DEFAULT '{"type": "paragraph", "parents": [], "attrs": {}}',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS automerge
 VOLATILE
 LANGUAGE c
@@ -124,6 +134,7 @@ CREATE FUNCTION "automerge_update"(
 	"doc" automerge,
 	"value" jsonb,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS automerge
 VOLATILE
@@ -135,6 +146,7 @@ CREATE FUNCTION "automerge_set_change"(
 	"path" TEXT[],
 	"value" jsonb,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS bytea
 VOLATILE
@@ -147,6 +159,7 @@ CREATE FUNCTION "automerge_insert_change"(
 	"value" jsonb,
 	"insert_after" bool DEFAULT false,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS bytea
 VOLATILE
@@ -156,7 +169,8 @@ AS 'MODULE_PATHNAME', 'automerge_insert_change_wrapper';
 CREATE FUNCTION "automerge_delete_change"(
 	"doc" automerge,
 	"path" TEXT[],
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -166,7 +180,8 @@ CREATE FUNCTION "automerge_set_counter_change"(
 	"doc" automerge,
 	"path" TEXT[],
 	"value" bigint DEFAULT 0,
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -176,7 +191,8 @@ CREATE FUNCTION "automerge_increment_change"(
 	"doc" automerge,
 	"path" TEXT[],
 	"by" bigint DEFAULT 1,
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -188,7 +204,8 @@ CREATE FUNCTION "automerge_splice_change"(
 	"pos" bigint,
 	"delete_count" bigint,
 	"text" TEXT DEFAULT '',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -202,7 +219,8 @@ CREATE FUNCTION "automerge_mark_change"(
 	"name" TEXT,
 	"value" jsonb DEFAULT 'true',
 	"expand" TEXT DEFAULT 'after',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -215,7 +233,8 @@ CREATE FUNCTION "automerge_unmark_change"(
 	"end_pos" bigint,
 	"name" TEXT,
 	"expand" TEXT DEFAULT 'after',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -226,7 +245,8 @@ CREATE FUNCTION "automerge_split_block_change"(
 	"path" TEXT[],
 	"pos" bigint,
 	"block" jsonb DEFAULT '{"type": "paragraph", "parents": [], "attrs": {}}',
-	"message" TEXT DEFAULT NULL
+	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL
 ) RETURNS bytea
 VOLATILE
 LANGUAGE c
@@ -236,6 +256,7 @@ CREATE FUNCTION "automerge_update_change"(
 	"doc" automerge,
 	"value" jsonb,
 	"message" TEXT DEFAULT NULL,
+	"change_time" timestamp with time zone DEFAULT NULL,
 	"plain_strings" bool DEFAULT false
 ) RETURNS bytea
 VOLATILE

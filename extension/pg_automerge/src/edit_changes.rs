@@ -4,6 +4,9 @@
 //! on for every edit. The document is not stored; NULL when the edit changes nothing (an
 //! update to the JSON the document has).
 
+// Each function takes its SQL function's arguments one by one, as pgrx maps them.
+#![allow(clippy::too_many_arguments)]
+
 use pg_automerge_core::edits::{Edit, Edited};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -21,9 +24,16 @@ fn automerge_set_change(
     path: Option<Vec<String>>,
     value: Option<JsonB>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<Vec<u8>> {
-    change(edited(doc, set(path, value, plain_strings), message, "automerge_set_change"))
+    change(edited(
+        doc,
+        set(path, value, plain_strings),
+        message,
+        change_time,
+        "automerge_set_change",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -33,12 +43,14 @@ fn automerge_insert_change(
     value: Option<JsonB>,
     insert_after: default!(bool, false),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<Vec<u8>> {
     change(edited(
         doc,
         insert(path, value, insert_after, plain_strings),
         message,
+        change_time,
         "automerge_insert_change",
     ))
 }
@@ -48,8 +60,15 @@ fn automerge_delete_change(
     doc: Option<StoredDoc<'_>>,
     path: Option<Vec<String>>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
-    change(edited(doc, path.map(|path| Edit::Delete { path }), message, "automerge_delete_change"))
+    change(edited(
+        doc,
+        path.map(|path| Edit::Delete { path }),
+        message,
+        change_time,
+        "automerge_delete_change",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -58,11 +77,13 @@ fn automerge_set_counter_change(
     path: Option<Vec<String>>,
     value: default!(i64, 0),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
     change(edited(
         doc,
         path.map(|path| Edit::SetCounter { path, value }),
         message,
+        change_time,
         "automerge_set_counter_change",
     ))
 }
@@ -73,11 +94,13 @@ fn automerge_increment_change(
     path: Option<Vec<String>>,
     by: default!(i64, 1),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
     change(edited(
         doc,
         path.map(|path| Edit::Increment { path, by }),
         message,
+        change_time,
         "automerge_increment_change",
     ))
 }
@@ -90,8 +113,15 @@ fn automerge_splice_change(
     delete_count: Option<i64>,
     text: default!(&str, "''"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
-    change(edited(doc, splice(path, pos, delete_count, text), message, "automerge_splice_change"))
+    change(edited(
+        doc,
+        splice(path, pos, delete_count, text),
+        message,
+        change_time,
+        "automerge_splice_change",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -104,11 +134,13 @@ fn automerge_mark_change(
     value: default!(Option<JsonB>, "'true'"),
     expand: default!(&str, "'after'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
     change(edited(
         doc,
         mark(path, (start_pos, end_pos), name, value, expand, "automerge_mark_change"),
         message,
+        change_time,
         "automerge_mark_change",
     ))
 }
@@ -122,11 +154,13 @@ fn automerge_unmark_change(
     name: Option<&str>,
     expand: default!(&str, "'after'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
     change(edited(
         doc,
         mark(path, (start_pos, end_pos), name, None, expand, "automerge_unmark_change"),
         message,
+        change_time,
         "automerge_unmark_change",
     ))
 }
@@ -138,8 +172,15 @@ fn automerge_split_block_change(
     pos: Option<i64>,
     block: default!(Option<JsonB>, "'{\"type\": \"paragraph\", \"parents\": [], \"attrs\": {}}'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<Vec<u8>> {
-    change(edited(doc, split_block(path, pos, block), message, "automerge_split_block_change"))
+    change(edited(
+        doc,
+        split_block(path, pos, block),
+        message,
+        change_time,
+        "automerge_split_block_change",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -147,7 +188,14 @@ fn automerge_update_change(
     doc: Option<StoredDoc<'_>>,
     value: Option<JsonB>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<Vec<u8>> {
-    change(edited(doc, update(value, plain_strings), message, "automerge_update_change"))
+    change(edited(
+        doc,
+        update(value, plain_strings),
+        message,
+        change_time,
+        "automerge_update_change",
+    ))
 }

@@ -3,9 +3,12 @@
 //! `automerge_delete` (`#-`), `automerge_increment`, `automerge_set_counter`,
 //! `automerge_splice`, `automerge_mark`, `automerge_unmark`, `automerge_split_block` and
 //! `automerge_update`. Each is one Automerge change by this backend's actor, stamped with
-//! the transaction's start time and an optional message. Volatile: two calls on one
+//! the transaction's start time (or a given `change_time`) and an optional message. Volatile: two calls on one
 //! document make two changes. `edit_changes.rs` defines the variants that return the
 //! change instead; both build their edit with the functions here.
+
+// Each function takes its SQL function's arguments one by one, as pgrx maps them.
+#![allow(clippy::too_many_arguments)]
 
 use automerge::marks::ExpandMark;
 use pg_automerge_core::edits::{self, ChangeMeta, Edit, Edited, Strings};
@@ -20,10 +23,24 @@ use crate::gucs;
 /// Milliseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const POSTGRES_EPOCH_MS: i64 = 946_684_800_000;
 
-fn meta(message: Option<&str>) -> ChangeMeta {
-    // SAFETY: reads the current transaction's start time, which every backend has.
-    let started = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
-    ChangeMeta { message: message.map(str::to_string), time: started / 1000 + POSTGRES_EPOCH_MS }
+/// A change's message and time: `change_time` when given, else the transaction's start,
+/// as `now()` stamps a row.
+fn meta(
+    message: Option<&str>,
+    change_time: Option<TimestampWithTimeZone>,
+) -> Result<ChangeMeta, Error> {
+    let micros = match change_time {
+        Some(time) if time.is_infinity() || time.is_neg_infinity() => {
+            return Err(Error::InvalidParameter("change_time must be a finite timestamp".into()))
+        }
+        Some(time) => time.into_inner(),
+        // SAFETY: reads the current transaction's start time, which every backend has.
+        None => unsafe { pg_sys::GetCurrentTransactionStartTimestamp() },
+    };
+    Ok(ChangeMeta {
+        message: message.map(str::to_string),
+        time: micros.div_euclid(1000) + POSTGRES_EPOCH_MS,
+    })
 }
 
 pub(crate) fn strings(plain: bool) -> Strings {
@@ -40,12 +57,12 @@ pub(crate) fn edited(
     doc: Option<StoredDoc<'_>>,
     edit: Option<Edit>,
     message: Option<&str>,
+    change_time: Option<TimestampWithTimeZone>,
     function: &'static str,
 ) -> Option<Edited> {
     let (doc, edit) = (doc?, edit?);
-    Some(
-        edits::edit(doc.stored(), &edit, &meta(message), gucs::write_settings()).or_raise(function),
-    )
+    let meta = meta(message, change_time).or_raise(function);
+    Some(edits::edit(doc.stored(), &edit, &meta, gucs::write_settings()).or_raise(function))
 }
 
 fn document(edited: Option<Edited>) -> Option<StoredDoc<'static>> {
@@ -126,9 +143,10 @@ fn automerge_set(
     path: Option<Vec<String>>,
     value: Option<JsonB>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
-    document(edited(doc, set(path, value, plain_strings), message, "automerge_set"))
+    document(edited(doc, set(path, value, plain_strings), message, change_time, "automerge_set"))
 }
 
 #[pg_extern(volatile)]
@@ -138,12 +156,14 @@ fn automerge_insert(
     value: Option<JsonB>,
     insert_after: default!(bool, false),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
     document(edited(
         doc,
         insert(path, value, insert_after, plain_strings),
         message,
+        change_time,
         "automerge_insert",
     ))
 }
@@ -153,8 +173,15 @@ fn automerge_delete(
     doc: Option<StoredDoc<'_>>,
     path: Option<Vec<String>>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    document(edited(doc, path.map(|path| Edit::Delete { path }), message, "automerge_delete"))
+    document(edited(
+        doc,
+        path.map(|path| Edit::Delete { path }),
+        message,
+        change_time,
+        "automerge_delete",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -163,11 +190,13 @@ fn automerge_set_counter(
     path: Option<Vec<String>>,
     value: default!(i64, 0),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
     document(edited(
         doc,
         path.map(|path| Edit::SetCounter { path, value }),
         message,
+        change_time,
         "automerge_set_counter",
     ))
 }
@@ -178,11 +207,13 @@ fn automerge_increment(
     path: Option<Vec<String>>,
     by: default!(i64, 1),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
     document(edited(
         doc,
         path.map(|path| Edit::Increment { path, by }),
         message,
+        change_time,
         "automerge_increment",
     ))
 }
@@ -195,8 +226,15 @@ fn automerge_splice(
     delete_count: Option<i64>,
     text: default!(&str, "''"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    document(edited(doc, splice(path, pos, delete_count, text), message, "automerge_splice"))
+    document(edited(
+        doc,
+        splice(path, pos, delete_count, text),
+        message,
+        change_time,
+        "automerge_splice",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -209,11 +247,13 @@ fn automerge_mark(
     value: default!(Option<JsonB>, "'true'"),
     expand: default!(&str, "'after'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
     document(edited(
         doc,
         mark(path, (start_pos, end_pos), name, value, expand, "automerge_mark"),
         message,
+        change_time,
         "automerge_mark",
     ))
 }
@@ -227,11 +267,13 @@ fn automerge_unmark(
     name: Option<&str>,
     expand: default!(&str, "'after'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
     document(edited(
         doc,
         mark(path, (start_pos, end_pos), name, None, expand, "automerge_unmark"),
         message,
+        change_time,
         "automerge_unmark",
     ))
 }
@@ -243,8 +285,15 @@ fn automerge_split_block(
     pos: Option<i64>,
     block: default!(Option<JsonB>, "'{\"type\": \"paragraph\", \"parents\": [], \"attrs\": {}}'"),
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> Option<StoredDoc<'static>> {
-    document(edited(doc, split_block(path, pos, block), message, "automerge_split_block"))
+    document(edited(
+        doc,
+        split_block(path, pos, block),
+        message,
+        change_time,
+        "automerge_split_block",
+    ))
 }
 
 #[pg_extern(volatile)]
@@ -252,9 +301,10 @@ fn automerge_update(
     doc: Option<StoredDoc<'_>>,
     value: Option<JsonB>,
     message: default!(Option<&str>, "NULL"),
+    change_time: default!(Option<TimestampWithTimeZone>, "NULL"),
     plain_strings: default!(bool, false),
 ) -> Option<StoredDoc<'static>> {
-    document(edited(doc, update(value, plain_strings), message, "automerge_update"))
+    document(edited(doc, update(value, plain_strings), message, change_time, "automerge_update"))
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -328,6 +378,19 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_change_time_stamps_the_change_else_the_transaction_start() {
+        let times = Spi::get_one::<String>(
+            "WITH d AS (SELECT automerge_set(automerge_set('\\x'::automerge, '{a}', '1'), '{b}', '2', \
+             change_time => '2001-02-03 04:05:06.789+00') AS doc) \
+             SELECT string_agg(CASE WHEN time = date_trunc('milliseconds', now()) THEN 'now' \
+             ELSE (time AT TIME ZONE 'UTC')::text END, ', ' \
+             ORDER BY seq) FROM d, automerge_changes(doc)",
+        )
+        .unwrap();
+        assert_eq!(times.as_deref(), Some("now, 2001-02-03 04:05:06.789"));
+    }
+
+    #[pg_test]
     fn refusals_have_their_sqlstates() {
         let doc = "automerge_update('\\x'::automerge, '{\"title\": \"Plan\", \"items\": [1]}')";
         let cases = [
@@ -340,6 +403,7 @@ mod tests {
                 format!("automerge_mark({doc}, '{{title}}', 0, 2, 'b', expand => 'sideways')"),
                 "22023",
             ),
+            (format!("automerge_set({doc}, '{{x}}', '1', change_time => 'infinity')"), "22023"),
         ];
         for (sql, sqlstate) in cases {
             assert_eq!(sqlstate_of(&format!("SELECT {sql}")), sqlstate, "{sql}");
