@@ -18,7 +18,11 @@ use crate::operations::{
     CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS, INCREMENTAL_WRITE,
     NESTED_PATH, READ_TITLE, TO_JSONB, UPSERT_FULL_SAVE,
 };
-use crate::{ClientWrite, JSONB, JS_CLIENT, NAIVE, OURS};
+use crate::{JSONB, JS_CLIENT, NAIVE, OURS};
+
+mod appended_writes;
+
+use appended_writes::{client_writes, sql_edits};
 
 /// A performance goal, and what this run measured of it.
 pub struct Goal {
@@ -65,9 +69,6 @@ const HEADER_READS: [(&str, &str); 5] = [
     (HAS_ITS_HEADS, "`automerge_has_changes` of its heads"),
 ];
 const HEADER_READ_GOAL_NS: f64 = 0.2e6;
-/// The writes a JS client sends ([`ClientWrite`]): each appended with no load, within this
-/// many times its counterpart on a plain `jsonb` column.
-const CLIENT_WRITE_RATIO_GOAL: f64 = 3.0;
 /// What a read returns after this many appended changes (the default `append_limit`, the
 /// most a value holds before a write folds them into a new save)…
 const MOST_APPENDED: u32 = pg_automerge_core::settings::DEFAULT_APPEND_LIMIT;
@@ -162,6 +163,7 @@ pub fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal>
     }
     goals.extend(jsonb_parity(rows, storage));
     goals.extend(client_writes(rows));
+    goals.extend(sql_edits(rows));
     goals.extend(client_loads(rows));
     goals
 }
@@ -344,49 +346,6 @@ fn jsonb_parity(rows: &[Row], storage: &[StorageMeasure]) -> Vec<Goal> {
             target: format!("≤ {:.0}%", BESIDE_SHARE_GOAL * 100.0),
             met,
         });
-    }
-    goals
-}
-
-/// Each client write on each fixture it was measured on: within
-/// [`CLIENT_WRITE_RATIO_GOAL`] of the jsonb column's, and no load.
-fn client_writes(rows: &[Row]) -> Vec<Goal> {
-    let mut goals = Vec::new();
-    for operation in ClientWrite::ALL.map(ClientWrite::operation) {
-        let mut fixtures: Vec<&str> = rows
-            .iter()
-            .filter(|r| r.level == "sql" && r.operation == operation && r.variant == OURS)
-            .map(|r| r.fixture.as_str())
-            .collect();
-        fixtures.sort();
-        for fixture in fixtures {
-            let ours = find(rows, "sql", operation, OURS, fixture);
-            let column = find(rows, "sql", operation, JSONB, fixture);
-            let (measured, met) = match (ours, column) {
-                (Some(ours), Some(column)) => {
-                    let ratio = ours.median_ns / column.median_ns;
-                    let loads =
-                        ours.loads.map_or("loads not counted".into(), |n| format!("{n} loads"));
-                    let text = format!(
-                        "{ratio:.2}× ({} against {}), {loads}",
-                        duration(ours.median_ns),
-                        duration(column.median_ns)
-                    );
-                    (text, Some(ratio <= CLIENT_WRITE_RATIO_GOAL && ours.loads == Some(0)))
-                }
-                _ => ("not measured".to_string(), None),
-            };
-            goals.push(Goal {
-                goal: format!(
-                    "{}, appended, against a `jsonb` column",
-                    operation.strip_prefix("client write: ").unwrap_or(operation)
-                ),
-                fixture: fixture.to_string(),
-                measured,
-                target: format!("≤ {CLIENT_WRITE_RATIO_GOAL}×, 0 loads"),
-                met,
-            });
-        }
     }
     goals
 }

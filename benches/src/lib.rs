@@ -23,6 +23,7 @@ pub mod figures;
 pub mod goals;
 pub mod measurements;
 pub mod operations;
+pub mod sql_edits;
 
 /// The variant measured: ours, or one of the baselines measured beside it in the same run.
 pub const OURS: &str = "pg_automerge";

@@ -7,6 +7,7 @@
 //! come from the server's `automerge_memory_usage()`; stored sizes and the WAL of writes
 //! go to the storage file.
 
+mod edits;
 mod reads;
 mod session;
 mod storage;
@@ -44,6 +45,10 @@ fn benches(c: &mut Criterion) {
     // client's documents included, against their counterparts on the jsonb column.
     for rows in &rows {
         writes::client_writes(c, &session, rows);
+    }
+    // Edits from SQL append as cheaply as jsonb_set: on every fixture too.
+    for rows in &rows {
+        edits::sql_edits(c, &session, rows);
     }
 }
 

@@ -8,11 +8,14 @@ use fixtures::generated::Kind;
 use crate::session::{Path, Session};
 
 const SCHEMA: &str = "
-DROP TABLE IF EXISTS bench_jsonb, bench_jsonb_indexed, bench_forks;
+DROP TABLE IF EXISTS bench_jsonb, bench_jsonb_indexed, bench_forks, bench_docs_edits,
+    bench_jsonb_edits;
 CREATE TABLE bench_jsonb (name text PRIMARY KEY, j jsonb NOT NULL);
 CREATE TABLE bench_jsonb_indexed (name text PRIMARY KEY, j jsonb NOT NULL);
 CREATE INDEX ON bench_jsonb_indexed USING gin (j) WITH (fastupdate = off);
 CREATE TABLE bench_forks (name text, doc automerge NOT NULL);
+CREATE TABLE bench_docs_edits (name text PRIMARY KEY, doc automerge NOT NULL);
+CREATE TABLE bench_jsonb_edits (name text PRIMARY KEY, j jsonb NOT NULL);
 ";
 
 /// Each path's tables of documents.
@@ -28,7 +31,8 @@ CREATE TABLE {docs}_generated (
 );
 ";
 
-/// Fills the tables with one row per fixture (and its two forks for `merge_agg`).
+/// Fills the tables with one row per fixture (and its two forks for `merge_agg`); the
+/// edits from SQL have copies of their own.
 pub fn load_tables(session: &Session, fixtures: &[Fixture]) {
     session.batch(SCHEMA);
     for path in Path::BOTH {
@@ -62,7 +66,9 @@ pub fn load_tables(session: &Session, fixtures: &[Fixture]) {
     }
     session.batch(
         "INSERT INTO bench_jsonb SELECT name, doc::jsonb FROM bench_docs;
-         INSERT INTO bench_jsonb_indexed SELECT * FROM bench_jsonb;",
+         INSERT INTO bench_jsonb_indexed SELECT * FROM bench_jsonb;
+         INSERT INTO bench_docs_edits SELECT * FROM bench_docs;
+         INSERT INTO bench_jsonb_edits SELECT * FROM bench_jsonb;",
     );
     // VACUUM runs outside a transaction: a statement of its own.
     session.batch("VACUUM ANALYZE");

@@ -104,7 +104,7 @@ pub const APPLY: &str = "UPDATE {docs} SET doc = doc || $2::bytea WHERE name = $
 /// anew, as the compactor does off the write path, so that the timed write is the one the
 /// goal names, an appending write with no load. The write past the limit, which saves anew
 /// itself, is the retitle stream's (`sql/incremental write`).
-const SAVE_ANEW_AT_THE_LIMIT: &str = "UPDATE {docs} SET doc = automerge_compact(doc)
+pub const SAVE_ANEW_AT_THE_LIMIT: &str = "UPDATE {docs} SET doc = automerge_compact(doc)
     WHERE name = $1
       AND automerge_appended_changes(doc) >= current_setting('pg_automerge.append_limit')::int";
 const APPLY_GENERATED: &str = "UPDATE {docs}_generated SET doc = doc || $2::bytea WHERE name = $1";
@@ -126,7 +126,7 @@ const JSONB_READ_CONTENT: &str = "SELECT length(j->>'content') FROM bench_jsonb 
 
 /// One group of writes to one fixture's rows: each variant makes one write per iteration,
 /// of an input made before it (untimed).
-struct Writes<'a> {
+pub struct Writes<'a> {
     group: BenchmarkGroup<'a, WallTime>,
     name: String,
     session: &'a Session,
@@ -134,7 +134,7 @@ struct Writes<'a> {
 }
 
 impl<'a> Writes<'a> {
-    fn new(
+    pub fn new(
         c: &'a mut Criterion,
         operation: &str,
         session: &'a Session,
@@ -148,7 +148,7 @@ impl<'a> Writes<'a> {
 
     /// pg_automerge's writes on `path`, under its settings; one write's memory is recorded
     /// first.
-    fn path<I, O>(
+    pub fn path<I, O>(
         &mut self,
         path: Path,
         mut input: impl FnMut() -> I,
@@ -165,7 +165,7 @@ impl<'a> Writes<'a> {
         self.bench(path.variant(), input, write);
     }
 
-    fn jsonb<I, O>(&mut self, input: impl FnMut() -> I, write: impl FnMut(I) -> O) {
+    pub fn jsonb<I, O>(&mut self, input: impl FnMut() -> I, write: impl FnMut(I) -> O) {
         self.bench(JSONB, input, write);
     }
 
@@ -180,7 +180,7 @@ impl<'a> Writes<'a> {
         });
     }
 
-    fn finish(self) {
+    pub fn finish(self) {
         self.group.finish();
     }
 }

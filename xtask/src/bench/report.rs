@@ -113,7 +113,9 @@ pub(super) fn markdown(results: &Results) -> String {
          plain `jsonb` column holding the same JSON (a ratio of medians), header reads in \
          time, and what a value stores and a small write logs against the Automerge bytes \
          (the naive path's value) plus the `jsonb` column's, on every fixture, including \
-         those made by `@automerge/automerge` (`js-…`).\n\n",
+         those made by `@automerge/automerge` (`js-…`); last, the writes that append (a JS \
+         client's changes, and edits from SQL such as `automerge_set`) against the same \
+         write on the `jsonb` column, with no load.\n\n",
     );
     let mut table = Table::left(["goal", "fixture", "measured", "target", "met"]);
     for goal in goals(&results.rows, &results.storage, results.scale) {
@@ -145,7 +147,11 @@ pub(super) fn markdown(results: &Results) -> String {
          alone; before each, untimed, a row holding `append_limit` appended changes is saved \
          anew (`automerge_compact`), as the background compactor does off the write path, so \
          that every timed client write appends. The write past the limit, which saves anew \
-         itself, is timed in the incremental write's stream of retitles.\n\n",
+         itself, is timed in the incremental write's stream of retitles. The edits from SQL \
+         (`sql edit: automerge_set` and the rest) edit a copy of each fixture's row, the \
+         `jsonb` write each mirrors a copy of its `jsonb` row, saved anew before each edit as \
+         before a client write; afterwards the document shows the last edit, holds a change \
+         for every edit and loads (`automerge_loads`).\n\n",
     );
     let mut operations: Vec<(&str, &str)> = results
         .rows
