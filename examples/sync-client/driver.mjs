@@ -219,7 +219,7 @@ const checks = {
     await shutdown(clients, db)
   },
 
-  // SQL writes (changes, a merged save, a new row) reach every connected client.
+  // SQL writes (changes, a merged save, edits from SQL, a new row) reach every connected client.
   async "sql-write"() {
     const db = await database()
     const clients = [client(servers[0]), client(servers[0]), client(servers[0])]
@@ -244,6 +244,17 @@ const checks = {
     ])
     await eventually("the merged save reaches every client", () =>
       handles.every(h => h.doc().mergedSave === true),
+    )
+    // Edits from SQL are changes by the database's own actor: they reach every client too.
+    await db.query(
+      `UPDATE documents
+       SET doc = automerge_splice(automerge_set(doc, '{status}', '"edited in SQL"', message => 'from SQL'),
+                                  '{title}', 6, 0, ' and after')
+       WHERE id = $1`,
+      [created.documentId],
+    )
+    await eventually("the SQL edits reach every client", () =>
+      handles.every(h => h.doc().status === "edited in SQL" && h.doc().title === "Before and after"),
     )
     await converged(db, handles, "after the SQL writes")
 

@@ -91,6 +91,18 @@ async fn a_rust_client_round_trip() {
     })
     .await;
 
+    // An edit from SQL, a change by the database's actor, reaches it too.
+    db.execute(
+        "UPDATE documents SET doc = automerge_set(doc, '{edited}', '\"in SQL\"') WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    eventually("the SQL edit reaches the Rust client", || async {
+        handle.with_document(|doc| text_at(doc, "edited")).as_deref() == Some("in SQL")
+    })
+    .await;
+
     // A second client sees the document as the first has it.
     let reader = connected_client().await;
     let copy = find(&reader, &handle).await;
