@@ -1,12 +1,15 @@
 //! Copies of the primary's documents: a hot standby made by pg_basebackup, logical
 //! subscribers in text and binary mode, and a custom-format dump restored into a new
-//! database must each read exactly as the primary does.
+//! database must each read exactly as the primary does; a promoted standby and its old
+//! primary edit one document, and the copies merge.
+
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use cluster_tests::server::Server;
 use cluster_tests::{RELIABILITY_STANDBY, RELIABILITY_SUBSCRIBER};
 
-use crate::{primary, same_output_between, wait_for_same_output, DATABASE, READS};
+use crate::{primary, same_output_between, wait_for_same_output, wait_until, DATABASE, READS};
 
 /// Takes a base backup of the primary, starts it as a hot standby, writes once more on the
 /// primary, and waits until every read on the standby answers as on the primary.
@@ -132,4 +135,58 @@ fn pg_dump_and_pg_restore_give_byte_identical_documents_generated_columns_and_gi
     same_output_between(&primary, DATABASE, &primary, "restored", &format!("{READS}{indexed}"))?;
     let bytes = "SELECT id, encode(doc::bytea, 'hex'), doc_json FROM documents ORDER BY id;";
     same_output_between(&primary, DATABASE, &primary, "restored", bytes)
+}
+
+/// A standby promoted while its old primary goes on: both edit one document from SQL, and
+/// the two copies merge. Each backend draws an actor of its own (nothing of it is in the WAL
+/// the standby replayed), so the two edits never share an actor and sequence number: the
+/// merge keeps both, as concurrent changes, and loads.
+#[test]
+#[ignore = "needs the clusters that `cargo xtask test --only reliability` provisions"]
+fn promoted_standby_and_its_old_primary_edit_one_document_and_the_copies_merge() -> Result<()> {
+    let (primary, standby) = (primary()?, Server::from_env(RELIABILITY_STANDBY));
+    let edit = |server: &Server, value: &str| {
+        server.psql(
+            DATABASE,
+            &format!(
+                "UPDATE documents SET doc = automerge_set(doc, '{{edited}}', '\"{value}\"', \
+                 message => 'split') WHERE name = 'todo-list';"
+            ),
+        )
+    };
+    let answer = |server: &Server, sql: &str| -> Result<String> {
+        Ok(server.psql(DATABASE, &format!("\\t on\n\\a\n{sql}"))?.trim().to_string())
+    };
+    edit(&primary, "before the promotion")?;
+    standby.stop()?;
+    standby.base_backup_of(&primary)?;
+    standby.start()?;
+    let edited = "SELECT doc->>'edited' FROM documents WHERE name = 'todo-list';";
+    wait_until(
+        Duration::from_secs(30),
+        || Ok(answer(&standby, edited)? == "before the promotion"),
+    )?;
+    standby.psql(DATABASE, "SELECT pg_promote();")?;
+    ensure!(answer(&standby, "SELECT pg_is_in_recovery();")? == "f", "the standby is not promoted");
+
+    edit(&primary, "on the old primary")?;
+    edit(&standby, "on the promoted standby")?;
+    let copy = answer(
+        &standby,
+        "SELECT encode(doc::bytea, 'hex') FROM documents WHERE name = 'todo-list';",
+    )?;
+    standby.stop()?;
+    let merged = answer(
+        &primary,
+        &format!(
+            "WITH merged AS (SELECT doc || '\\x{copy}'::bytea::automerge AS doc \
+                             FROM documents WHERE name = 'todo-list') \
+             SELECT automerge_loads(doc), cardinality(automerge_heads(doc)), \
+                    (SELECT count(DISTINCT actor) FROM automerge_changes(doc) WHERE message = 'split') \
+             FROM merged;"
+        ),
+    )?;
+    // Loads; two heads, one per copy; the three edits by three backends' actors.
+    ensure!(merged == "t|2|3", "the merged copies: {merged}");
+    Ok(())
 }
