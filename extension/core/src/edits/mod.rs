@@ -19,9 +19,7 @@ use crate::load::load_stored;
 use crate::save::to_stored;
 use crate::settings::WriteSettings;
 use crate::spans::shown;
-use crate::structure::{
-    shown_width, value_ids, Found, ObjKind, OpId, ShownElement, Structure, ValueKind,
-};
+use crate::structure::{value_ids, Found, ObjKind, OpId, Shown, Structure, ValueKind};
 use crate::{index_cache, writes, Error};
 
 pub mod actors;
@@ -208,9 +206,9 @@ fn step_into(
     let value = match kind {
         ObjKind::Map | ObjKind::Table => structure.key_value(obj, step),
         ObjKind::List => {
-            let Some(elements) = structure.shown_elements(obj) else { return Ok(None) };
-            let at = list_index(step, elements.len(), here, false)?;
-            structure.element_value(&elements[at])
+            let Some(elements) = structure.shown(obj) else { return Ok(None) };
+            let at = list_index(step, elements.totals().0, here, false)?;
+            elements.at(at).and_then(|element| structure.element_value(&element))
         }
         ObjKind::Text => return Err(Error::NotA { path: shown(here), what: INSIDE_TEXT }),
     };
@@ -257,17 +255,17 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
             let Found::Object(text_obj, ObjKind::Text) = found else {
                 return Err(Error::NotA { path: target.shown, what: "not a text" });
             };
-            let Some(elements) = structure.shown_elements(text_obj) else { return Ok(None) };
+            let Some(elements) = structure.shown(text_obj) else { return Ok(None) };
             let shown = &target.shown;
             match edit {
                 Edit::Splice { pos, delete, text, .. } => {
-                    splice(ops, text_obj, &elements, (*pos, *delete), text, shown)?
+                    splice(ops, text_obj, elements, (*pos, *delete), text, shown)?
                 }
                 Edit::Mark { start, end, name, value, expand, .. } => {
-                    mark(ops, text_obj, &elements, (*start, *end), (name, value, *expand), shown)?
+                    mark(ops, text_obj, elements, (*start, *end), (name, value, *expand), shown)?
                 }
                 Edit::SplitBlock { pos, block, .. } => {
-                    split_block(ops, text_obj, &elements, *pos, block, shown)?
+                    split_block(ops, text_obj, elements, *pos, block, shown)?
                 }
                 _ => unreachable!("a text edit"),
             }
@@ -311,26 +309,25 @@ fn place(ops: &mut Ops<'_>, edit: &Edit) -> Result<Option<()>, Error> {
             }
         }
         (_, ObjKind::List) => {
-            let Some(elements) = structure.shown_elements(target.obj) else { return Ok(None) };
+            let Some(elements) = structure.shown(target.obj) else { return Ok(None) };
+            let count = elements.totals().0;
             let here = path.as_slice();
             match edit {
                 Edit::Insert { value, strings, after, .. } => {
                     // The new element goes right after the one shown before its place.
-                    let before = if elements.is_empty() {
+                    let before = if count == 0 {
                         list_index(&target.step, 0, here, true)?;
                         None
                     } else {
-                        let at = list_index(&target.step, elements.len(), here, false)?;
-                        match after {
-                            true => Some(elements[at].elem),
-                            false => at.checked_sub(1).map(|i| elements[i].elem),
-                        }
+                        let at = list_index(&target.step, count, here, false)?;
+                        elements.elements().pass(at + usize::from(*after)).map(|e| e.elem)
                     };
                     ops.put_json(obj, ops.elem(before), true, &[], value, *strings)?;
                 }
                 _ => {
-                    let at = list_index(&target.step, elements.len(), here, false)?;
-                    let element = &elements[at];
+                    let at = list_index(&target.step, count, here, false)?;
+                    let Some(element) = elements.at(at) else { return Ok(None) };
+                    let element = &element;
                     let current = value_ids(&element.values);
                     let key = ops.elem(Some(element.elem));
                     match edit {
@@ -377,20 +374,13 @@ fn increment(
 /// The element shown right before character `pos` of a text (`None`: its start), or an
 /// error when `pos` is past its end or inside an element of several characters.
 fn element_before(
-    elements: &[ShownElement],
+    elements: Shown<'_>,
     pos: u64,
     out_of_range: impl Fn() -> Error,
 ) -> Result<Option<OpId>, Error> {
-    let mut offset = 0u64;
-    let mut before = None;
-    for element in elements {
-        if offset >= pos {
-            break;
-        }
-        offset += element.width;
-        before = Some(element.elem);
-    }
-    if offset == pos {
+    let mut shown = elements.elements();
+    let before = shown.pass_before(pos).map(|element| element.elem);
+    if shown.offset() == pos {
         Ok(before)
     } else {
         Err(out_of_range())
@@ -403,12 +393,12 @@ fn element_before(
 fn mark(
     ops: &mut Ops<'_>,
     text_obj: OpId,
-    elements: &[ShownElement],
+    elements: Shown<'_>,
     (start, end): (i64, i64),
     (name, value, expand): (&str, &Json, ExpandMark),
     shown: &str,
 ) -> Result<(), Error> {
-    let len = shown_width(elements);
+    let len = elements.totals().1;
     let out_of_range =
         || Error::TextRange { path: shown.to_string(), pos: start, delete: end - start, len };
     let (Ok(from), Ok(to)) = (u64::try_from(start), u64::try_from(end)) else {
@@ -443,12 +433,12 @@ fn mark(
 fn split_block(
     ops: &mut Ops<'_>,
     text_obj: OpId,
-    elements: &[ShownElement],
+    elements: Shown<'_>,
     pos: i64,
     block: &Json,
     shown: &str,
 ) -> Result<(), Error> {
-    let len = shown_width(elements);
+    let len = elements.totals().1;
     let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete: 0, len };
     let Json::Object(fields) = block else {
         return Err(Error::InvalidParameter(format!("a block is a JSON object, not {block}")));
@@ -472,31 +462,30 @@ fn split_block(
 fn splice(
     ops: &mut Ops<'_>,
     text_obj: OpId,
-    elements: &[ShownElement],
+    elements: Shown<'_>,
     (pos, delete): (i64, i64),
     text: &str,
     shown: &str,
 ) -> Result<(), Error> {
-    let len = shown_width(elements);
+    let len = elements.totals().1;
     let out_of_range = || Error::TextRange { path: shown.to_string(), pos, delete, len };
     let (Ok(from), Ok(count)) = (u64::try_from(pos), u64::try_from(delete)) else {
         return Err(out_of_range());
     };
     let end = from.checked_add(count).filter(|end| *end <= len).ok_or_else(out_of_range)?;
     let obj = ops.obj(text_obj);
-    let (mut offset, mut before) = (0u64, None);
-    for element in elements {
-        let next = offset + element.width;
-        if offset < from && from < next || offset < end && end < next {
+    let mut shown = elements.elements();
+    let before = shown.pass_before(from).map(|element| element.elem);
+    if shown.offset() != from {
+        return Err(out_of_range());
+    }
+    while shown.offset() < end {
+        let Some(element) = shown.next() else { return Err(out_of_range()) };
+        if shown.offset() > end {
             return Err(out_of_range());
         }
-        if next <= from {
-            before = Some(element.elem);
-        } else if offset < end {
-            let key = ops.elem(Some(element.elem));
-            ops.push(OpType::Delete, obj.clone(), key, &value_ids(&element.values), false);
-        }
-        offset = next;
+        let key = ops.elem(Some(element.elem));
+        ops.push(OpType::Delete, obj.clone(), key, &value_ids(&element.values), false);
     }
     let before = before.map(|elem| ops.id(elem));
     ops.insert_text(obj, before, text);

@@ -11,7 +11,7 @@ use serde_json::{Map, Value as Json};
 use super::ops::{number, Ops, Strings};
 use super::splice;
 use crate::json::MAX_DEPTH;
-use crate::structure::{shown_width, value_ids, ObjKind, OpId, ValueKind, ValueOp};
+use crate::structure::{value_ids, ObjKind, OpId, ValueKind, ValueOp};
 use crate::Error;
 
 /// Adds to `ops` what turns `current` (the document's JSON) into `target`; `Ok(None)` when
@@ -127,8 +127,8 @@ impl Diff<'_, '_> {
 
     fn list(&mut self, list: OpId, shown: &[Json], wanted: &[Json], depth: usize) -> Option<()> {
         let structure = self.ops.structure;
-        let elements = structure.shown_elements(list)?;
-        if elements.len() != shown.len() {
+        let elements = structure.shown(list)?;
+        if elements.totals().0 != shown.len() {
             return None;
         }
         let prefix = shown.iter().zip(wanted).take_while(|(s, w)| same(s, w)).count();
@@ -144,20 +144,27 @@ impl Diff<'_, '_> {
             (&shown[prefix..shown.len() - suffix], &wanted[prefix..wanted.len() - suffix]);
         let obj = self.ops.obj(list);
         let paired = old.len().min(new.len());
+        // Only the elements between the common start and end are made.
+        let mut elements = elements.elements();
+        let before_changed = elements.pass(prefix);
+        let changed: Vec<_> = elements.take(old.len()).collect();
         for i in 0..paired {
-            let element = &elements[prefix + i];
+            let element = &changed[i];
             let pred = value_ids(&element.values);
             let winner = structure.element_value(element)?;
             let key = self.ops.elem(Some(element.elem));
             self.value(obj.clone(), key, winner, &pred, &old[i], &new[i], depth)?;
         }
-        for element in &elements[prefix + paired..prefix + old.len()] {
+        for element in &changed[paired..] {
             let pred = value_ids(&element.values);
             let key = self.ops.elem(Some(element.elem));
             self.ops.push(OpType::Delete, obj.clone(), key, &pred, false);
         }
-        let mut after =
-            (prefix + paired).checked_sub(1).map(|i| self.ops.elem(Some(elements[i].elem)));
+        let last_kept = match paired {
+            0 => before_changed,
+            _ => changed.get(paired - 1).cloned(),
+        };
+        let mut after = last_kept.map(|element| self.ops.elem(Some(element.elem)));
         for item in &new[paired..] {
             let key = after.unwrap_or_else(|| self.ops.elem(None));
             let id = self.ops.put_json(obj.clone(), key, true, &[], item, self.strings).ok()?;
@@ -167,9 +174,9 @@ impl Diff<'_, '_> {
     }
 
     fn text(&mut self, text: OpId, shown: &str, wanted: &str) -> Option<()> {
-        let elements = self.ops.structure.shown_elements(text)?;
+        let elements = self.ops.structure.shown(text)?;
         let (s, w): (Vec<char>, Vec<char>) = (shown.chars().collect(), wanted.chars().collect());
-        if shown_width(&elements) != s.len() as u64 {
+        if elements.totals().1 != s.len() as u64 {
             return None;
         }
         let prefix = s.iter().zip(&w).take_while(|(a, b)| a == b).count();
@@ -179,7 +186,7 @@ impl Diff<'_, '_> {
         let inserted: String = w[prefix..w.len() - suffix].iter().collect();
         let deleted = (s.len() - suffix - prefix) as i64;
         // A cluster of several characters in one element that the diff cuts is replaced whole.
-        splice(self.ops, text, &elements, (prefix as i64, deleted), &inserted, "").ok()
+        splice(self.ops, text, elements, (prefix as i64, deleted), &inserted, "").ok()
     }
 }
 

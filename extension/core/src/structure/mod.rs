@@ -33,7 +33,7 @@ mod encoding;
 mod locate;
 mod runs;
 
-pub use locate::{shown_width, value_ids, Found, ShownElement};
+pub use locate::{value_ids, Found, Shown, ShownElement, ShownElements};
 
 use runs::{find, insert_element, set_element_state};
 
