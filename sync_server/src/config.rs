@@ -79,6 +79,11 @@ pub struct Config {
     /// How many documents one connection may sync; a message about one more closes it.
     #[arg(long, env = "SYNC_SERVER_MAX_DOCUMENTS_PER_CONNECTION", default_value_t = 1000)]
     pub max_documents_per_connection: usize,
+    /// How many samod repos share the documents (by a hash of each id). A repo's work on
+    /// each event grows with its connections times its documents, so more repos keep
+    /// round trips short with many clients; each costs a few tasks.
+    #[arg(long, env = "SYNC_SERVER_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub shards: u16,
     /// How logs are written to stderr: `text` for people, `json` for collectors. The
     /// level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "SYNC_SERVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -10,4 +10,5 @@ pub mod config;
 pub mod listen;
 pub mod schema;
 pub mod server;
+pub mod shards;
 pub mod storage;

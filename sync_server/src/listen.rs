@@ -17,11 +17,14 @@ use std::time::Duration;
 
 use automerge::{ChangeHash, ReadDoc};
 use futures::StreamExt;
+use std::sync::Arc;
+
 use samod::{DocumentId, Repo};
 use serde::Deserialize;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::access::{Access, Recheck};
+use crate::shards::Shards;
 use crate::storage::PostgresStorage;
 
 /// The channels listened on: the documents table's, and with access control the access
@@ -50,9 +53,14 @@ const FIND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Listens until the process ends, connecting again (after a second) whenever the
 /// connection is lost.
-pub async fn run(database_url: String, channels: Channels, repo: Repo, storage: PostgresStorage) {
+pub async fn run(
+    database_url: String,
+    channels: Channels,
+    shards: Arc<Shards>,
+    storage: PostgresStorage,
+) {
     loop {
-        if let Err(error) = listen(&database_url, &channels, &repo, &storage).await {
+        if let Err(error) = listen(&database_url, &channels, &shards, &storage).await {
             tracing::warn!(%error, "LISTEN connection lost; connecting again in 1s");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -62,7 +70,7 @@ pub async fn run(database_url: String, channels: Channels, repo: Repo, storage: 
 async fn listen(
     database_url: &str,
     channels: &Channels,
-    repo: &Repo,
+    shards: &Arc<Shards>,
     storage: &PostgresStorage,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = tokio_postgres::connect(database_url, NoTls).await?;
@@ -101,9 +109,9 @@ async fn listen(
             }
             _ => {}
         }
-        let (repo, storage) = (repo.clone(), storage.clone());
+        let (shards, storage) = (shards.clone(), storage.clone());
         let access = channels.access.as_ref().map(|(_, access)| access.clone());
-        tokio::spawn(async move { hand_to_repo(&payload, &repo, &storage, access).await });
+        tokio::spawn(async move { hand_to_repo(&payload, &shards, &storage, access).await });
     }
     // The channel closes when the connection's driver ends: report why.
     driver.await.expect("the LISTEN driver does not panic")
@@ -112,7 +120,7 @@ async fn listen(
 /// One notification: the written row's document into the repo, unless the repo has it.
 async fn hand_to_repo(
     payload: &str,
-    repo: &Repo,
+    shards: &Shards,
     storage: &PostgresStorage,
     access: Option<Access>,
 ) {
@@ -133,7 +141,9 @@ async fn hand_to_repo(
     let Ok(document_id) = DocumentId::from_str(&id) else {
         return tracing::debug!(id, "a row whose id is not a repo document id: not synced");
     };
-    if let Err(error) = merge_into_repo(&id, document_id, payload.heads, repo, storage).await {
+    if let Err(error) =
+        merge_into_repo(&id, document_id, payload.heads, shards.repo_for(&id), storage).await
+    {
         tracing::warn!(id, %error, "a SQL write was not handed to the repo");
     }
 }

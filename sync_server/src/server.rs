@@ -1,8 +1,8 @@
-//! The server: the repo on its storage, the axum router (the WebSocket endpoint at `/`
-//! that automerge-repo's WebSocket client adapter connects to, `/health`), the LISTEN
-//! task, and a shutdown that stops accepting, then flushes the repo to storage. The
-//! upgrade to WebSocket checks the client's token (see `auth`), and each connection is
-//! bound to the peer id the token names and held to the configured bounds.
+//! The server: the repos on their storage (see `shards`), the axum router (the WebSocket
+//! endpoint at `/` that automerge-repo's WebSocket client adapter connects to, `/health`),
+//! the LISTEN task, and a shutdown that stops accepting, then flushes the repos to
+//! storage. The upgrade to WebSocket checks the client's token (see `auth`), and each
+//! connection is bound to the peer id the token names and held to the configured bounds.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use futures::{SinkExt, StreamExt};
-use samod::{AcceptorEvent, AcceptorHandle, Repo, ShareConfig, Transport};
+use futures::{SinkExt, Stream, StreamExt};
+use samod::ShareConfig;
 use tokio::net::TcpListener;
 use tokio_postgres::NoTls;
 
@@ -27,11 +27,12 @@ use crate::auth::{self, Identity, Verifier};
 use crate::config::{Config, StorageChoice};
 use crate::listen;
 use crate::schema::{self, Tables};
+use crate::shards::{field, Routed, Shards};
 use crate::storage::PostgresStorage;
 
 /// What the handlers share.
 struct Shared {
-    acceptor: AcceptorHandle,
+    shards: Arc<Shards>,
     /// None on file-system storage, whose health is the process's.
     pool: Option<Pool>,
     /// None when anyone may connect (`--allow-anonymous`).
@@ -46,7 +47,7 @@ struct Gate {
     access: Access,
 }
 
-/// How long shutdown waits for the repo to flush what it holds to storage.
+/// How long shutdown waits for the repos to flush what they hold to storage.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -59,8 +60,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Like automerge-repo's own sync server: documents are not announced to every
     // client; a client syncs the documents it asks for, and from then on every change.
     let open = ShareConfig::read_write().with_announce(false);
-    let builder = Repo::build_tokio();
-    let (repo, pool, gate) = match config.storage() {
+    let shards = config.shards;
+    let (shards, pool, gate) = match config.storage() {
         StorageChoice::Postgres(database_url) => {
             let pool = pool(database_url, config.pool_size)?;
             let tables = Tables {
@@ -76,34 +77,34 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             drop(client);
             let creators = Creators::default();
             let storage = PostgresStorage::new(pool.clone(), &tables, creators.clone());
-            let builder = builder.with_storage(storage.clone());
-            let (repo, gate) = match verifier {
+            let (repos, gate) = match verifier {
                 Some(verifier) => {
                     let access = Access::new(pool.clone(), &tables.documents, creators);
-                    let repo = builder.with_share_policy(access.clone()).load().await;
-                    (repo, Some(Gate { verifier, access }))
+                    let repos = Shards::load(shards, storage.clone(), access.clone(), &url).await?;
+                    (repos, Some(Gate { verifier, access }))
                 }
-                None => (builder.with_share_policy(open).load().await, None),
+                None => (Shards::load(shards, storage.clone(), open, &url).await?, None),
             };
+            let repos = Arc::new(repos);
             let channels = listen::Channels {
                 documents: config.channel.clone(),
                 access: gate.as_ref().map(|g| (config.access_channel.clone(), g.access.clone())),
             };
-            tokio::spawn(listen::run(database_url.to_string(), channels, repo.clone(), storage));
-            (repo, Some(pool), gate)
+            tokio::spawn(listen::run(database_url.to_string(), channels, repos.clone(), storage));
+            (repos, Some(pool), gate)
         }
         StorageChoice::Filesystem(dir) => {
             std::fs::create_dir_all(dir)?;
             let storage = samod::storage::TokioFilesystemStorage::new(dir);
-            (builder.with_storage(storage).with_share_policy(open).load().await, None, None)
+            (Arc::new(Shards::load(shards, storage, open, &url).await?), None, None)
         }
     };
     if gate.is_none() {
         tracing::warn!("anonymous access (--allow-anonymous): anyone who reaches this server reads and writes every document whose id they know");
     }
-    let acceptor = repo.make_acceptor(samod::Url::parse(&url)?)?;
+    let peer_id = shards.peer_id();
     let shared = Arc::new(Shared {
-        acceptor,
+        shards: shards.clone(),
         pool,
         gate,
         max_message_bytes: config.max_message_bytes,
@@ -113,15 +114,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .route("/", get(websocket))
         .route("/health", get(health))
         .with_state(shared.clone());
-    tracing::info!(%url, peer_id = %repo.peer_id(), "serving");
+    tracing::info!(%url, %peer_id, shards = config.shards, "serving");
     // The line scripts read to learn the port when --listen asked for port 0.
     println!("listening on {url}");
     std::io::stdout().flush()?;
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
-    tracing::info!("shutting down: closing connections and flushing the repo");
-    shared.acceptor.close();
-    if tokio::time::timeout(FLUSH_TIMEOUT, repo.stop()).await.is_err() {
-        tracing::error!("the repo did not flush to storage within {FLUSH_TIMEOUT:?}");
+    tracing::info!("shutting down: closing connections and flushing the repos");
+    shards.close();
+    if tokio::time::timeout(FLUSH_TIMEOUT, shards.stop()).await.is_err() {
+        tracing::error!("the repos did not flush to storage within {FLUSH_TIMEOUT:?}");
     }
     Ok(())
 }
@@ -183,63 +184,39 @@ async fn serve_connection(shared: Arc<Shared>, socket: WebSocket, identity: Opti
         }
         _ => None,
     };
-    let mut transport = bounded_transport(socket, shared.max_documents_per_connection, syncs);
-    if let Some(identity) = &identity {
-        transport = transport.with_expected_peer_id(identity.peer_id.clone());
-    }
     if let (Some(access), Some(identity)) = (access, &identity) {
         access.connected(identity);
     }
-    match shared.acceptor.accept(transport) {
-        Ok(connection) => {
-            let mut events = connection.events();
-            match connection.handshake_complete().await {
-                Ok(_) => {
-                    while let Some(event) = events.next().await {
-                        if let AcceptorEvent::ClientDisconnected { reason, .. } = event {
-                            tracing::debug!(?reason, "connection closed");
-                            break;
-                        }
-                    }
-                }
-                // A peer id other than its token's ends here, among other failures.
-                Err(reason) => tracing::info!(?reason, "a connection ended before its handshake"),
-            }
-        }
-        Err(_) => tracing::debug!("a client connected while the repo stopped"),
+    let (sink, stream) = socket.split();
+    let incoming = bounded_messages(stream, shared.max_documents_per_connection, syncs);
+    let outgoing = sink.with(|bytes: Vec<u8>| {
+        futures::future::ready(Ok::<_, axum::Error>(Message::Binary(bytes.into())))
+    });
+    let expected_peer_id = identity.as_ref().map(|identity| identity.peer_id.clone());
+    // A peer id other than its token's ends here, among other failures.
+    match shared.shards.serve(Box::pin(incoming), Box::pin(outgoing), expected_peer_id).await {
+        Ok(()) => tracing::debug!("connection closed"),
+        Err(reason) => tracing::info!(%reason, "closed a connection"),
     }
     if let (Some(access), Some(identity)) = (access, &identity) {
         access.disconnected(&identity.peer_id);
     }
 }
 
-/// Why the server closed a connection.
-#[derive(Debug)]
-struct Closed(String);
-
-impl std::fmt::Display for Closed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Closed {}
-
-/// The socket as samod's transport (binary messages both ways), closed when the client
-/// sends a text message or a message about more than `max_documents` documents; `syncs`
-/// hears of each document the client sends its first message about.
-fn bounded_transport(
-    socket: WebSocket,
+/// The socket's messages with the document each is about, ended with the reason when
+/// the client sends a text message or a message about more than `max_documents`
+/// documents; `syncs` hears of each document the client sends its first message about.
+fn bounded_messages(
+    stream: impl Stream<Item = Result<Message, axum::Error>>,
     max_documents: usize,
     syncs: Option<impl Fn(&str) + Send + 'static>,
-) -> Transport {
-    let (sink, stream) = socket.split();
-    let incoming = stream
+) -> impl Stream<Item = Result<Routed, String>> {
+    stream
         .scan(HashSet::new(), move |documents, message| {
             let item = match message {
-                Ok(Message::Binary(bytes)) => match document_id(&bytes) {
+                Ok(Message::Binary(bytes)) => match field(&bytes, "documentId") {
                     Some(id) if !documents.contains(&id) && documents.len() >= max_documents => {
-                        Some(Err(Closed(format!("more than {max_documents} documents"))))
+                        Some(Err(format!("more than {max_documents} documents")))
                     }
                     Some(id) => {
                         if let Some(syncs) = &syncs {
@@ -247,39 +224,19 @@ fn bounded_transport(
                                 syncs(&id);
                             }
                         }
-                        documents.insert(id);
-                        Some(Ok(bytes.to_vec()))
+                        documents.insert(id.clone());
+                        Some(Ok(Routed { document: Some(id), bytes: bytes.to_vec() }))
                     }
-                    None => Some(Ok(bytes.to_vec())),
+                    None => Some(Ok(Routed { document: None, bytes: bytes.to_vec() })),
                 },
-                Ok(Message::Text(_)) => Some(Err(Closed("a text message".into()))),
+                Ok(Message::Text(_)) => Some(Err("a text message".to_string())),
                 Ok(Message::Close(_)) => return futures::future::ready(None),
                 Ok(Message::Ping(_) | Message::Pong(_)) => None,
-                Err(error) => Some(Err(Closed(error.to_string()))),
+                Err(error) => Some(Err(error.to_string())),
             };
             futures::future::ready(Some(item))
         })
-        .filter_map(futures::future::ready);
-    let outgoing = sink.with(|bytes: Vec<u8>| {
-        futures::future::ready(Ok::<_, axum::Error>(Message::Binary(bytes.into())))
-    });
-    Transport::new(Box::pin(incoming), Box::pin(outgoing))
-}
-
-/// The `documentId` of a repo message (a CBOR map), if it has one.
-fn document_id(message: &[u8]) -> Option<String> {
-    let mut decoder = minicbor::Decoder::new(message);
-    let fields = decoder.map().ok()??;
-    for _ in 0..fields {
-        if decoder.str().ok()? == "documentId" {
-            return match decoder.datatype().ok()? {
-                minicbor::data::Type::Bytes => Some(hex::encode(decoder.bytes().ok()?)),
-                _ => decoder.str().ok().map(str::to_string),
-            };
-        }
-        decoder.skip().ok()?;
-    }
-    None
+        .filter_map(futures::future::ready)
 }
 
 /// 200 when the storage answers, 503 with the reason when it does not.

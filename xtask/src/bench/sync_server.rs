@@ -49,16 +49,25 @@ enum Backend {
     /// (document, peer) under [`ACCESS_SETUP`]'s policy.
     PostgresAccess,
     Filesystem,
+    /// Postgres, all documents in one samod repo (`--shards 1`): the server as it was
+    /// before it shared documents among repos.
+    PostgresOneRepo,
 }
 
 impl Backend {
-    const ALL: [Backend; 3] = [Backend::Postgres, Backend::PostgresAccess, Backend::Filesystem];
+    const ALL: [Backend; 4] = [
+        Backend::Postgres,
+        Backend::PostgresAccess,
+        Backend::Filesystem,
+        Backend::PostgresOneRepo,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Backend::Postgres => "Postgres (pg_automerge)",
             Backend::PostgresAccess => "Postgres with access control",
             Backend::Filesystem => "file system (samod)",
+            Backend::PostgresOneRepo => "Postgres, one samod repo (--shards 1)",
         }
     }
 }
@@ -187,6 +196,10 @@ fn measure(
             )
         }
         Backend::Filesystem => (ServerStorage::Filesystem(&files), anonymous(), vec![]),
+        Backend::PostgresOneRepo => {
+            let flags = [anonymous(), vec!["--shards".to_string(), "1".to_string()]].concat();
+            (ServerStorage::Postgres(cluster, DATABASE), flags, vec![])
+        }
     };
     let start = || SyncServer::start(sh, storage_again(&storage), "bench", true, &access);
     let client = |args: &[&str]| {
@@ -288,9 +301,9 @@ fn report(
     provenance: &Provenance,
     sizes: &Sizes,
     repeats: usize,
-    measured: &[Measured; 3],
+    measured: &[Measured; 4],
 ) -> String {
-    let [postgres, access, filesystem] = measured;
+    let [postgres, access, filesystem, one_repo] = measured;
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -303,7 +316,7 @@ fn report(
         text,
         "The same server binary (release) on loopback, on Postgres through pg_automerge, on \
          Postgres with access control, and on samod's `TokioFilesystemStorage`, measured in \
-         this run: {repeats} repeat(s) of each, the three rotating which goes first, each \
+         this run: {repeats} repeat(s) of each, rotating which goes first, each \
          repeat on fresh storage. Clients are samod repos in one process, each with its \
          own WebSocket connection (`sync_server/examples/sync_bench.rs`).\n"
     );
@@ -373,9 +386,13 @@ fn report(
     let mut failures = Vec::new();
     for (at, &(pairs, rounds)) in sizes.latency.iter().enumerate() {
         let (pg, fs, ac) = (&postgres.latency[at], &filesystem.latency[at], &access.latency[at]);
-        for (backend, runs) in
-            [(Backend::Postgres, pg), (Backend::PostgresAccess, ac), (Backend::Filesystem, fs)]
-        {
+        let one = &one_repo.latency[at];
+        for (backend, runs) in [
+            (Backend::Postgres, pg),
+            (Backend::PostgresAccess, ac),
+            (Backend::Filesystem, fs),
+            (Backend::PostgresOneRepo, one),
+        ] {
             for reason in &runs.failures {
                 failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
             }
@@ -401,6 +418,37 @@ fn report(
         ]);
     }
     let _ = writeln!(text, "{latency}");
+    let _ = writeln!(text, "## Documents shared among repos\n");
+    let _ = writeln!(
+        text,
+        "The server shares documents among samod repos (`--shards`, as the server defaults it) behind a \
+         router of the wire protocol; \"one repo\" is the same server with `--shards 1`, \
+         every document in one repo, on Postgres, as in the first table. The ratio is the \
+         shared median over one repo's.\n"
+    );
+    let mut shared = Table::new([
+        ("pairs", Align::Right),
+        ("default --shards median ms", Align::Right),
+        ("p90", Align::Right),
+        ("one repo median ms", Align::Right),
+        ("repeats", Align::Right),
+        ("p90", Align::Right),
+        ("ratio (medians)", Align::Right),
+    ]);
+    for (at, &(pairs, _)) in sizes.latency.iter().enumerate() {
+        let (pg, one) = (&postgres.latency[at], &one_repo.latency[at]);
+        let (min, max) = range(&one.repeat_medians_ms);
+        shared.row([
+            pairs.to_string(),
+            format!("{:.1}", median(&pg.samples_ms)),
+            format!("{:.1}", percentile(&pg.samples_ms, 0.9)),
+            format!("{:.1}", median(&one.samples_ms)),
+            format!("{min:.1}–{max:.1}"),
+            format!("{:.1}", percentile(&one.samples_ms, 0.9)),
+            format!("{:.2}x", median(&pg.samples_ms) / median(&one.samples_ms)),
+        ]);
+    }
+    let _ = writeln!(text, "{shared}");
     if !failures.is_empty() {
         let _ = writeln!(
             text,
@@ -413,8 +461,9 @@ fn report(
         text,
         "How round trips grow with the pairs is samod's doing more than the storage's: samod \
          0.16's hub checks every connection against every open document on each event it \
-         handles, so a round costs in proportion to connections × documents × events, on \
-         either storage (see [docs/sync-server.md](../../docs/sync-server.md#scaling-limits)).\n"
+         handles, so in one repo a round costs in proportion to connections × documents × \
+         events, on either storage; shared among repos, each repo's share of both (see \
+         [docs/sync-server.md](../../docs/sync-server.md#scaling-limits)).\n"
     );
     text
 }
