@@ -55,12 +55,8 @@ enum Backend {
 }
 
 impl Backend {
-    const ALL: [Backend; 4] = [
-        Backend::Postgres,
-        Backend::PostgresAccess,
-        Backend::Filesystem,
-        Backend::PostgresOneRepo,
-    ];
+    const ALL: [Backend; 4] =
+        [Backend::Postgres, Backend::PostgresAccess, Backend::Filesystem, Backend::PostgresOneRepo];
 
     fn name(self) -> &'static str {
         match self {
