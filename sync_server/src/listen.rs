@@ -1,9 +1,10 @@
 //! Writes made in SQL reach the repo: the server LISTENs on the documents table's
 //! `automerge_notify` channel, and for each INSERT or UPDATE of a row whose id is a repo
-//! document id hands the row's document to the repo, which syncs it to clients like any
-//! peer's change. The repo's own merges notify too; their heads are already in the
-//! repo's document and cost a lookup, not a load. A row inserted in SQL reaches the repo
-//! the same way: its storage loads the row as a snapshot (see `storage`).
+//! document id that a client syncs, hands the row's document to the repo holding it,
+//! which syncs it to clients like any peer's change. The repo's own merges notify too;
+//! their heads are already in the repo's document and cost a lookup, not a load. A row no
+//! client syncs is left in storage, which loads it as a snapshot when a client asks for
+//! it (see `storage`).
 //!
 //! Notifications sent while the LISTEN connection is down are not replayed: a document
 //! written then reaches clients with the next write of it, or when the server restarts.
@@ -141,9 +142,11 @@ async fn hand_to_repo(
     let Ok(document_id) = DocumentId::from_str(&id) else {
         return tracing::debug!(id, "a row whose id is not a repo document id: not synced");
     };
-    if let Err(error) =
-        merge_into_repo(&id, document_id, payload.heads, shards.repo_for(&id), storage).await
-    {
+    // A repo that does not hold the document loads the row when a client asks for it.
+    let Some(repo) = shards.holding(&id).await else {
+        return tracing::debug!(id, "a SQL write of a document no client syncs");
+    };
+    if let Err(error) = merge_into_repo(&id, document_id, payload.heads, &repo, storage).await {
         tracing::warn!(id, %error, "a SQL write was not handed to the repo");
     }
 }

@@ -120,7 +120,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     tracing::info!("shutting down: closing connections and flushing the repos");
-    shards.close();
+    shards.close().await;
     if tokio::time::timeout(FLUSH_TIMEOUT, shards.stop()).await.is_err() {
         tracing::error!("the repos did not flush to storage within {FLUSH_TIMEOUT:?}");
     }
