@@ -1,9 +1,9 @@
 //! The sync server (`sync_server/`) against a cluster of its own, on loopback: the
 //! checks of `cargo xtask test --only sync` (the JS clients of examples/sync-client, the
 //! samod client tests, a restart, two servers on one database, the health endpoint, the
-//! snippet of docs/sync-server.md; then access control: two servers checking tokens on a
-//! database set up with docs/sync-server.md's example), and the server processes that
-//! `run` and the benchmark start too.
+//! snippet of docs/sync-server.md, the server's memory after 10,000 documents; then access
+//! control: two servers checking tokens on a database set up with docs/sync-server.md's
+//! example), and the server processes that `run` and the benchmark start too.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -280,13 +280,16 @@ fn documentation_snippet(sh: &Shell, server: &SyncServer, db: &Db) -> Result<Cou
 }
 
 /// The samod client tests of sync_server/tests/`file`.rs, with `env` naming what they
-/// run against.
-fn rust_client(file: &str, env: &[(&str, String)]) -> Result<Counts> {
+/// run against; `shown`: what they print to stderr shows as they run.
+fn rust_client(file: &str, env: &[(&str, String)], shown: bool) -> Result<Counts> {
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "-p", "sync_server", "--test", file, "--no-fail-fast"])
         .envs(env.iter().map(|(name, value)| (name, value)))
         .current_dir(project_root());
+    if shown {
+        tests.args(["--", "--nocapture"]);
+    }
     counted(tests)
 }
 
@@ -312,7 +315,7 @@ pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
     }
     build_server(false)?;
     let db = Db { cluster, database: database.to_string() };
-    let logs: Vec<PathBuf> = ["a", "b", "c", "d"]
+    let logs: Vec<PathBuf> = ["a", "b", "c", "d", "e"]
         .iter()
         .map(|name| Ok(clusters_dir(sh)?.join(format!("sync-{name}.log"))))
         .collect::<Result<_>>()?;
@@ -336,9 +339,22 @@ pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
     counts += rust_client(
         "against_server",
         &[("SYNC_SERVER_URL", second.url.clone()), ("SYNC_DATABASE_URL", db.conninfo())],
+        false,
     )?;
     counts += documentation_snippet(sh, &server, &db)?;
     drop((server, second));
+    // A server of its own, so that its memory is the memory test's alone.
+    let server = SyncServer::start(sh, db.storage(), "e", false, &open)?;
+    counts += rust_client(
+        "memory",
+        &[
+            ("SYNC_SERVER_URL", server.url.clone()),
+            ("SYNC_SERVER_PID", server.child.id().to_string()),
+            ("SYNC_DATABASE_URL", db.conninfo()),
+        ],
+        true,
+    )?;
+    drop(server);
     counts += access_checks(sh, cluster)?;
     counts += no_panics(&logs)?;
     Ok(counts)
@@ -392,6 +408,7 @@ fn access_checks(sh: &Shell, cluster: &Cluster) -> Result<Counts> {
             ("SYNC_JWT_SECRET_FILE", secret.display().to_string()),
             ("SYNC_JWT_AUDIENCE", AUDIENCE.to_string()),
         ],
+        false,
     )?;
     Ok(counts)
 }

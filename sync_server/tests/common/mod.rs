@@ -19,14 +19,23 @@ pub async fn database(url_variable: &str) -> tokio_postgres::Client {
 }
 
 /// Polls `probe` every 50 ms for up to 30 s.
-pub async fn eventually<F, Fut>(what: &str, mut probe: F)
+pub async fn eventually<F, Fut>(what: &str, probe: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    eventually_within(Duration::from_secs(30), what, probe).await
+}
+
+/// Polls `probe` every 50 ms for up to `patience`.
+pub async fn eventually_within<F, Fut>(patience: Duration, what: &str, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + patience;
     while !probe().await {
-        assert!(Instant::now() < deadline, "{what}: not within 30s");
+        assert!(Instant::now() < deadline, "{what}: not within {patience:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
