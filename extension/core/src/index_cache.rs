@@ -20,7 +20,7 @@ use crate::structure::Structure;
 struct Entry {
     heads: Vec<ChangeHash>,
     index: Structure,
-    bytes: u64,
+    heap_bytes: u64,
 }
 
 thread_local! {
@@ -30,32 +30,35 @@ thread_local! {
 
 /// Holds `index`, of the document whose heads are `heads`, within `budget` bytes in all:
 /// those written least recently are dropped to make room, and an index larger than the
-/// budget is not held.
-pub fn keep(heads: Vec<ChangeHash>, index: Structure, budget: u64) {
-    let bytes = held_bytes(&heads, &index);
+/// budget is not held. `heap_bytes` is the index's [`Structure::heap_bytes`] where the
+/// caller knows it (as [`take`] handed it over, or as [`Structure::apply`] kept it since).
+pub fn keep(heads: Vec<ChangeHash>, index: Structure, heap_bytes: Option<u64>, budget: u64) {
+    let heap_bytes = heap_bytes.unwrap_or_else(|| index.heap_bytes());
+    let bytes = held_bytes(&heads, heap_bytes);
     HELD.with(|held| {
         let mut held = held.borrow_mut();
         held.retain(|entry| entry.heads != heads);
         if bytes > budget {
             return;
         }
-        held.push_front(Entry { heads, index, bytes });
+        held.push_front(Entry { heads, index, heap_bytes });
     });
     fit(budget);
 }
 
-/// What holding `index` under `heads` takes from the heap.
-fn held_bytes(heads: &Vec<ChangeHash>, index: &Structure) -> u64 {
-    index.heap_bytes() + (heads.capacity() * std::mem::size_of::<ChangeHash>()) as u64
+/// What holding an index of `heap_bytes` under `heads` takes from the heap.
+fn held_bytes(heads: &Vec<ChangeHash>, heap_bytes: u64) -> u64 {
+    heap_bytes + (heads.capacity() * std::mem::size_of::<ChangeHash>()) as u64
 }
 
-/// The held index of the document whose heads are `heads`, handed over: the write changes
-/// it and holds it again under the heads it makes.
-pub fn take(heads: &[ChangeHash]) -> Option<Structure> {
+/// The held index of the document whose heads are `heads`, handed over with its
+/// [`Structure::heap_bytes`]: the write changes it and holds it again under the heads it
+/// makes.
+pub fn take(heads: &[ChangeHash]) -> Option<(Structure, u64)> {
     HELD.with(|held| {
         let mut held = held.borrow_mut();
         let at = held.iter().position(|entry| entry.heads == heads)?;
-        held.remove(at).map(|entry| entry.index)
+        held.remove(at).map(|entry| (entry.index, entry.heap_bytes))
     })
 }
 
@@ -66,7 +69,7 @@ pub fn fit(budget: u64) {
         let mut held = held.borrow_mut();
         let mut total = 0;
         held.retain(|entry| {
-            total += entry.bytes;
+            total += held_bytes(&entry.heads, entry.heap_bytes);
             total <= budget
         });
         if held.is_empty() {
@@ -91,23 +94,23 @@ mod tests {
 
     #[test]
     fn hands_over_an_index_once_by_its_heads() {
-        keep(heads(1), index_of(1), u64::MAX);
+        keep(heads(1), index_of(1), None, u64::MAX);
         assert!(take(&heads(2)).is_none(), "other heads");
-        assert_eq!(take(&heads(1)), Some(index_of(1)));
+        assert_eq!(take(&heads(1)), Some((index_of(1), index_of(1).heap_bytes())));
         assert!(take(&heads(1)).is_none(), "handed over once");
     }
 
     #[test]
     fn drops_the_least_recently_written_past_the_budget() {
-        let bytes = held_bytes(&heads(1), &index_of(100));
-        keep(heads(1), index_of(100), 2 * bytes);
-        keep(heads(2), index_of(100), 2 * bytes);
-        keep(heads(3), index_of(100), 2 * bytes);
+        let bytes = held_bytes(&heads(1), index_of(100).heap_bytes());
+        keep(heads(1), index_of(100), None, 2 * bytes);
+        keep(heads(2), index_of(100), None, 2 * bytes);
+        keep(heads(3), index_of(100), None, 2 * bytes);
         assert!(take(&heads(1)).is_none(), "dropped for the third");
         assert!(take(&heads(2)).is_some() && take(&heads(3)).is_some());
-        keep(heads(4), index_of(100), bytes - 1);
+        keep(heads(4), index_of(100), None, bytes - 1);
         assert!(take(&heads(4)).is_none(), "larger than the budget");
-        keep(heads(5), index_of(100), 0);
+        keep(heads(5), index_of(100), None, 0);
         assert!(take(&heads(5)).is_none(), "a budget of 0 holds none");
     }
 }

@@ -63,7 +63,7 @@ fn structure_of(payload: &[u8], latest_max_op: &BTreeMap<ActorId, u64>) -> Optio
     let (save, appended) = split_save(payload);
     let (mut structure, mut max_op) = Structure::of_save(save)?;
     for change in parse_changes(appended)? {
-        structure.apply(&change, max_op)?;
+        structure.apply(&change, max_op, None)?;
         max_op = change.max_op();
     }
     for (actor, max_op) in latest_max_op {

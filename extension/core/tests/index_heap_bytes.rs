@@ -1,8 +1,9 @@
 //! What a structure index says it holds (`heap_bytes`, which `pg_automerge.index_cache`
 //! budgets) against what the counting allocator counts for it: on the documents the soak
 //! writes and the generated ones, edited the JS way (text splices, marks, block splits, list
-//! inserts, deletes and moves), an index built from a save and one grown by appending
-//! writes. Every measurement runs in the one test below, because the counters are global.
+//! inserts, deletes and moves), an index built from a save, and one grown by appending
+//! writes with the count they kept as they went. Every measurement runs in the one test
+//! below, because the counters are global.
 
 use automerge::transaction::CommitOptions;
 use automerge::AutoCommit;
@@ -21,10 +22,9 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 const HELD: WriteSettings =
     WriteSettings { append_limit: 1000, index_cache_budget: u64::MAX, ..WriteSettings::UNLIMITED };
 
-/// `heap_bytes` is no less than the heap the index holds (what dropping it frees), and at
-/// most a tenth more.
-fn assert_counts(name: &str, index: Structure) {
-    let said = index.heap_bytes();
+/// `said` is no less than the heap the index holds (what dropping it frees), and at most
+/// a tenth more.
+fn assert_counts(name: &str, said: u64, index: Structure) {
     let before = memory::usage().allocated_bytes;
     drop(index);
     let held = (before - memory::usage().allocated_bytes) as u64;
@@ -52,11 +52,18 @@ fn heap_bytes_is_what_the_allocator_counts() {
             stored = writes::apply(&stored, &change, HELD).unwrap();
         }
         // The index the writes grew, handed over by the cache that held it.
-        let grown = index_cache::take(&doc.get_heads())
+        let (grown, kept_count) = index_cache::take(&doc.get_heads())
             .unwrap_or_else(|| panic!("{name}: no index held after the writes"));
-        assert_counts(&format!("{name}, grown by writes"), grown);
+        // The writes counted again only what they touched; key strings they shared with
+        // other maps move those maps' shares a little.
+        let walked = grown.heap_bytes();
+        assert!(
+            kept_count.abs_diff(walked) <= walked / 100,
+            "{name}: the writes counted {kept_count} bytes, a walk {walked}"
+        );
+        assert_counts(&format!("{name}, grown by writes"), kept_count, grown);
         index_cache::fit(0);
         let built = Structure::of_save(&doc.save()).unwrap().0;
-        assert_counts(&format!("{name}, built from its save"), built);
+        assert_counts(&format!("{name}, built from its save"), built.heap_bytes(), built);
     }
 }

@@ -43,9 +43,9 @@ fn kept_index(stored: &[u8]) -> Structure {
 /// one, with the replayed changes; it stays held for the next write.
 fn holds_its_index(stored: &[u8]) -> bool {
     let heads = format::decode(stored).unwrap().summary.heads;
-    let Some(held) = index_cache::take(&heads) else { return false };
+    let Some((held, heap_bytes)) = index_cache::take(&heads) else { return false };
     let same = objects(&held) == objects(&kept_index(stored));
-    index_cache::keep(heads, held, HELD.index_cache_budget);
+    index_cache::keep(heads, held, Some(heap_bytes), HELD.index_cache_budget);
     same
 }
 

@@ -104,10 +104,10 @@ fn edit_indexed(
 ) -> Result<Option<Edited>, Error> {
     let Some(kept) = &value.kept else { return Ok(None) };
     let heads = &value.summary.heads;
-    let structure = match index_cache::take(heads) {
-        Some(held) => held,
+    let (structure, heap_bytes) = match index_cache::take(heads) {
+        Some((held, heap_bytes)) => (held, Some(heap_bytes)),
         None => match writes::current_index(value) {
-            Some(index) => index,
+            Some(index) => (index, None),
             None => return Ok(None),
         },
     };
@@ -128,7 +128,7 @@ fn edit_indexed(
     let operations = ops.ops;
     if settings.index_cache_budget > 0 {
         // The write below takes it back: the change follows these heads.
-        index_cache::keep(heads.clone(), structure, settings.index_cache_budget);
+        index_cache::keep(heads.clone(), structure, heap_bytes, settings.index_cache_budget);
     }
     if placed.is_none() {
         return Ok(None);

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 use automerge::legacy::{ElementId, Key, ObjectId, OpType};
@@ -30,6 +30,7 @@ use crate::json_edit::{JsonEdit, Step};
 
 mod build;
 mod encoding;
+mod heap;
 mod locate;
 mod runs;
 
@@ -315,71 +316,6 @@ impl Structure {
         Structure { actors, latest_max_op, objects }
     }
 
-    /// The bytes of heap the index holds, as the counting allocator counts them: what a
-    /// held index costs (see [`index_cache`](crate::index_cache)). A key string shared by
-    /// several maps is counted once, a share at each use.
-    pub fn heap_bytes(&self) -> u64 {
-        use std::mem::size_of;
-        // hashbrown allocates a power-of-two number of buckets, of which `capacity` is 7/8
-        // (all but one below 8), each with a control byte, and a group of control bytes more.
-        let buckets = match self.objects.capacity() {
-            0 => 0,
-            capacity if capacity < 8 => capacity + 1,
-            capacity => capacity / 7 * 8,
-        };
-        let objects = match buckets {
-            0 => 0,
-            _ => (buckets * size_of::<(OpId, Object)>()).next_multiple_of(16) + buckets + 16,
-        };
-        // An `Rc<str>` allocates its two counts and the string, padded to the counts' alignment.
-        let key = |name: &KeyName| {
-            let allocation =
-                (2 * size_of::<usize>() + name.len()).next_multiple_of(size_of::<usize>());
-            allocation.div_ceil(Rc::strong_count(name))
-        };
-        let spilled = |values: &Values| match values.spilled() {
-            true => values.capacity() * size_of::<ValueOp>(),
-            false => 0,
-        };
-        let bodies: usize = self
-            .objects
-            .values()
-            .map(|object| {
-                let parent = match &object.parent {
-                    Some((_, ParentKey::Map(name))) => key(name),
-                    _ => 0,
-                };
-                let body = match &object.body {
-                    Body::Map(keys) => {
-                        keys.0.capacity() * size_of::<(KeyName, Values)>()
-                            + keys
-                                .0
-                                .iter()
-                                .map(|(name, values)| key(name) + spilled(values))
-                                .sum::<usize>()
-                    }
-                    Body::Seq(runs) => {
-                        runs.capacity() * size_of::<Run>()
-                            + runs
-                                .iter()
-                                .map(|run| match &run.state {
-                                    ElemState::Values { values, .. } => {
-                                        size_of::<Values>() + spilled(values)
-                                    }
-                                    _ => 0,
-                                })
-                                .sum::<usize>()
-                    }
-                    Body::Opaque => 0,
-                };
-                parent + body
-            })
-            .sum();
-        let actors = self.actors.capacity() * size_of::<ActorId>()
-            + self.latest_max_op.capacity() * size_of::<Option<u64>>();
-        (objects + bodies + actors) as u64
-    }
-
     fn actor_index(&mut self, actor: &ActorId) -> u32 {
         match self.actors.iter().position(|known| known == actor) {
             Some(index) => index as u32,
@@ -417,8 +353,15 @@ impl Structure {
     /// derives a change's first counter when it loads a save): the JSON edits it makes,
     /// in order; `None` when an operation names what the index does not have (an object,
     /// key, element or current operation) or does what it cannot follow, and the caller
-    /// loads. On `None` the index may be half updated: drop it.
-    pub fn apply(&mut self, change: &Change, deps_max_op: u64) -> Option<Vec<JsonEdit>> {
+    /// loads. On `None` the index may be half updated: drop it. `heap_bytes`, when given,
+    /// is the index's [`heap_bytes`](Structure::heap_bytes) before, and is made what it is
+    /// after, by counting again only the objects the change touches.
+    pub fn apply(
+        &mut self,
+        change: &Change,
+        deps_max_op: u64,
+        heap_bytes: Option<&mut u64>,
+    ) -> Option<Vec<JsonEdit>> {
         let start = change.start_op().get();
         if start != deps_max_op.checked_add(1)? {
             return None;
@@ -427,7 +370,23 @@ impl Structure {
         if start.checked_add(ops.len() as u64)? != change.max_op().checked_add(1)? {
             return None;
         }
+        let table_before = self.table_heap_bytes();
         let actor = self.actor_index(change.actor_id());
+        // The objects the operations change, and those they make.
+        let touched = heap_bytes.as_ref().map(|_| {
+            let mut touched = FxHashSet::default();
+            for (index, op) in ops.iter().enumerate() {
+                match &op.obj {
+                    ObjectId::Root => touched.insert(ROOT),
+                    ObjectId::Id(obj) => self.known(obj).is_some_and(|obj| touched.insert(obj)),
+                };
+                if matches!(op.action, OpType::Make(_)) {
+                    touched.insert(OpId { counter: start + index as u64, actor });
+                }
+            }
+            let before = table_before + self.objects_heap_bytes(&touched);
+            (touched, before)
+        });
         let mut edits = Edits::default();
         // The object of the operation before, when it began a mark.
         let mut mark_begun_in = None;
@@ -455,6 +414,10 @@ impl Structure {
             }
         }
         self.latest_max_op[actor as usize] = Some(change.max_op());
+        if let (Some(heap_bytes), Some((touched, before))) = (heap_bytes, touched) {
+            let after = self.table_heap_bytes() + self.objects_heap_bytes(&touched);
+            *heap_bytes = (*heap_bytes + after as u64).saturating_sub(before as u64);
+        }
         Some(edits.0)
     }
 

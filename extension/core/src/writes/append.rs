@@ -57,12 +57,12 @@ pub(super) fn append(
         {
             return Ok(None);
         }
-        let (structure, _) = match &mut indexed {
+        let (structure, _, heap_bytes) = match &mut indexed {
             Some(indexed) => indexed,
             None if settings.append_limit == 0 => return Ok(None),
-            None => match held_index(&value.summary.heads, &kept, settings)
-                .or_else(|| index(&kept, &mut earlier))
-            {
+            None => match held_index(&value.summary.heads, &kept, settings).or_else(|| {
+                index(&kept, &mut earlier).map(|(index, includes)| (index, includes, None))
+            }) {
                 Some(found) => indexed.insert(found),
                 None => return Ok(None),
             },
@@ -73,7 +73,9 @@ pub(super) fn append(
         let Some(deps_max_op) = deps_max_op(change, &heads, &kept, structure, &mut earlier) else {
             return Ok(None);
         };
-        let Some(change_edits) = structure.apply(change, deps_max_op) else { return Ok(None) };
+        let Some(change_edits) = structure.apply(change, deps_max_op, heap_bytes.as_mut()) else {
+            return Ok(None);
+        };
         edits.extend(change_edits);
         heads.retain(|head| !change.deps().contains(head));
         heads.insert(hash);
@@ -82,7 +84,7 @@ pub(super) fn append(
         new_ops += change.len() as u64;
         new.push(change);
     }
-    let Some((structure, stored_includes)) = indexed else {
+    let Some((structure, stored_includes, heap_bytes)) = indexed else {
         return Ok(Some(stored.to_vec())); // every change was in the document
     };
     let appended_changes = kept.appended_changes.saturating_add(new.len() as u32);
@@ -134,18 +136,19 @@ pub(super) fn append(
         format::encode(&summary, &kept, &payload)
     };
     if settings.index_cache_budget > 0 {
-        index_cache::keep(heads, structure, settings.index_cache_budget);
+        index_cache::keep(heads, structure, heap_bytes, settings.index_cache_budget);
     }
     Ok(Some(appended))
 }
 
 /// The index that this backend's write of the value's heads left (see [`index_cache`]),
-/// and how many appended changes the stored one includes, as [`index`] returns them.
+/// how many appended changes the stored one includes, as [`index`] returns them, and its
+/// heap bytes.
 fn held_index(
     heads: &[ChangeHash],
     kept: &Kept<'_>,
     settings: WriteSettings,
-) -> Option<(Structure, Option<u32>)> {
+) -> Option<(Structure, Option<u32>, Option<u64>)> {
     if settings.index_cache_budget == 0 {
         return None;
     }
@@ -153,7 +156,8 @@ fn held_index(
     if includes.is_some_and(|includes| includes > kept.appended_changes) {
         return None;
     }
-    Some((index_cache::take(heads)?, includes))
+    let (index, heap_bytes) = index_cache::take(heads)?;
+    Some((index, includes, Some(heap_bytes)))
 }
 
 /// Whether the kept JSON stays as it is: no edits, and already in the layout this build
@@ -204,7 +208,7 @@ fn index(kept: &Kept<'_>, appended: &mut Appended<'_>) -> Option<(Structure, Opt
     // Each was checked against the index when it was appended: its counters follow its
     // dependencies'.
     for change in appended.since(from as usize, kept.appended_changes as usize)? {
-        structure.apply(&change, change.start_op().get() - 1)?;
+        structure.apply(&change, change.start_op().get() - 1, None)?;
     }
     Some((structure, includes))
 }

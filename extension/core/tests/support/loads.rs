@@ -127,7 +127,12 @@ pub fn write(entry: Entry, server: &[u8], incoming: &[u8]) -> Result<Vec<u8>, Er
         Entry::ApplyHeld => {
             let value = format::decode(server)?;
             if let Some(index) = writes::current_index(&value) {
-                index_cache::keep(value.summary.heads.clone(), index, HELD.index_cache_budget);
+                index_cache::keep(
+                    value.summary.heads.clone(),
+                    index,
+                    None,
+                    HELD.index_cache_budget,
+                );
             }
             writes::apply(server, incoming, HELD)
         }
