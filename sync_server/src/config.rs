@@ -85,10 +85,15 @@ pub struct Config {
     #[arg(long, env = "SYNC_SERVER_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub shards: u16,
     /// How logs are written to stderr: `text` for people, `json` for collectors. The
-    /// level comes from `RUST_LOG` (default `info`).
+    /// levels come from `RUST_LOG` (default [`DEFAULT_LOG_LEVELS`]).
     #[arg(long, env = "SYNC_SERVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
+
+/// The log levels without `RUST_LOG`: the server's connections, refusals and errors, and
+/// samod's warnings and errors (at `info` samod writes a line for each document a peer
+/// syncs and for each repo it stops: thousands a minute on a busy server).
+pub const DEFAULT_LOG_LEVELS: &str = "info,samod=warn,samod_core=warn";
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {

@@ -177,6 +177,6 @@ async fn merge_into_repo(
     }
     let Some(save) = storage.document(id).await? else { return Ok(()) };
     let applied = handle.with_document_async(move |doc| doc.load_incremental(&save)).await??;
-    tracing::info!(id, applied, "a SQL write handed to the repo");
+    tracing::debug!(id, applied, "a SQL write handed to the repo");
     Ok(())
 }

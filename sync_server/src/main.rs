@@ -15,7 +15,8 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", sync_server::auth::mint(mint)?);
         return Ok(());
     }
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(sync_server::config::DEFAULT_LOG_LEVELS));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -18,7 +18,7 @@ use axum::routing::get;
 use axum::Router;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::{SinkExt, Stream, StreamExt};
-use samod::ShareConfig;
+use samod::{PeerId, ShareConfig};
 use tokio::net::TcpListener;
 use tokio_postgres::NoTls;
 
@@ -193,10 +193,14 @@ async fn serve_connection(shared: Arc<Shared>, socket: WebSocket, identity: Opti
         futures::future::ready(Ok::<_, axum::Error>(Message::Binary(bytes.into())))
     });
     let expected_peer_id = identity.as_ref().map(|identity| identity.peer_id.clone());
+    // Without access control a peer names itself in its handshake, which the log has not read.
+    let peer =
+        expected_peer_id.as_ref().map_or_else(|| "unauthenticated".into(), PeerId::to_string);
+    tracing::info!(peer, "connection opened");
     // A peer id other than its token's ends here, among other failures.
     match shared.shards.serve(Box::pin(incoming), Box::pin(outgoing), expected_peer_id).await {
-        Ok(()) => tracing::debug!("connection closed"),
-        Err(reason) => tracing::info!(%reason, "closed a connection"),
+        Ok(()) => tracing::info!(peer, "connection closed"),
+        Err(reason) => tracing::info!(peer, %reason, "connection closed"),
     }
     if let (Some(access), Some(identity)) = (access, &identity) {
         access.disconnected(&identity.peer_id);
