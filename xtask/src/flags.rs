@@ -142,8 +142,9 @@ pub struct BenchFlags {
     pub filter: Option<String>,
     /// Instead of the criterion benches, the sync server on Postgres, on Postgres with
     /// access control, and on samod's file-system storage: first sync of stored documents
-    /// and change round trips at 1, 10 and 100 client pairs; report in
-    /// results/sync-bench-<date>-<commit>/ (about six minutes a repeat).
+    /// and change round trips at 1, 10 and 100 samod client pairs; then automerge-repo's
+    /// JS clients against it and against automerge-repo's Node server at 10, 100 and 500
+    /// pairs; report in results/sync-bench-<date>-<commit>/.
     #[arg(long)]
     pub sync: bool,
     /// With --sync: how many times each storage is measured, the three rotating; the

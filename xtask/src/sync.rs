@@ -76,14 +76,21 @@ impl SyncServer {
                 command.arg("--filesystem-storage").arg(dir);
             }
         }
-        let mut child = command
+        command
             .env_remove("DATABASE_URL")
             // The default levels, which the memory check holds to a line per connection.
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        SyncServer::spawn(command, log)
+    }
+
+    /// Starts `command`, a server that prints `listening on ws://…` first, its stderr
+    /// appended to `log`, and waits for that line.
+    pub fn spawn(mut command: Command, log: PathBuf) -> Result<SyncServer> {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(std::fs::File::options().create(true).append(true).open(&log)?)
             .spawn()
-            .context("starting the sync server")?;
+            .with_context(|| format!("starting {:?}", command.get_program()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -99,7 +106,7 @@ impl SyncServer {
         };
         let Some(url) = url else {
             let _ = child.kill();
-            bail!("the sync server did not start; its log: {}", log.display());
+            bail!("{:?} did not start; its log: {}", command.get_program(), log.display());
         };
         Ok(SyncServer { child, url, log })
     }

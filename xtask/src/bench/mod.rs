@@ -14,6 +14,7 @@
 mod criterion;
 mod measure;
 mod report;
+mod sync_js;
 mod sync_server;
 
 use anyhow::Result;

@@ -3,7 +3,9 @@
 //! file-system storage, measured in the same run: documents per second for a
 //! first sync of N stored documents (a fresh client finds them all from a server that
 //! just started), and the round trip of a change from a writer client through the server
-//! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once.
+//! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once;
+//! then automerge-repo's JS clients against it and against automerge-repo's own Node
+//! server (sync_js.rs) at 10, 100 and 500 pairs.
 //! Medians over repeats, the two storages alternating, each repeat on fresh storage; the
 //! report goes to `results/sync-bench-<date>-<commit>/README.md`
 //! (`target/bench-quick-sync/` for --quick).
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use report_table::{Align, Table};
-use xshell::Shell;
+use xshell::{cmd, Shell};
 
 use crate::cluster::{clusters_dir, Cluster};
 use crate::install::PgInstall;
@@ -24,17 +26,22 @@ use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::sync::{anonymous, build_server, ServerStorage, SyncServer};
-use crate::util::{median, note, step};
+
+use super::sync_js::{self, JsServer};
+use crate::util::{median, note, npm_dependencies, step};
 
 /// How much a run measures: the full run, or --quick's smoke check.
 struct Sizes {
     documents: usize,
     /// Writer/reader pairs, and the rounds each makes.
     latency: &'static [(usize, usize)],
+    /// The same for the JS clients against ours and the Node server.
+    js: &'static [(usize, usize)],
 }
 
-const FULL: Sizes = Sizes { documents: 200, latency: &[(1, 20), (10, 10), (100, 5)] };
-const QUICK: Sizes = Sizes { documents: 30, latency: &[(1, 3), (10, 2)] };
+const FULL: Sizes =
+    Sizes { documents: 200, latency: &[(1, 20), (10, 10), (100, 5)], js: sync_js::FULL };
+const QUICK: Sizes = Sizes { documents: 30, latency: &[(1, 3), (10, 2)], js: sync_js::QUICK };
 
 /// How many documents the client's first sync asks for at once (sync_bench.rs).
 const FIND_CONCURRENCY: usize = 50;
@@ -93,10 +100,10 @@ struct Measured {
 }
 
 #[derive(Default)]
-struct LatencyRuns {
-    samples_ms: Vec<f64>,
-    repeat_medians_ms: Vec<f64>,
-    failures: Vec<String>,
+pub(super) struct LatencyRuns {
+    pub(super) samples_ms: Vec<f64>,
+    pub(super) repeat_medians_ms: Vec<f64>,
+    pub(super) failures: Vec<String>,
 }
 
 pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()> {
@@ -108,6 +115,9 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         build_server(true)?;
         cargo(&["build", "--release", "-p", "sync_server", "--example", "sync_bench"])
     })?;
+    if !npm_dependencies(sh, "sync-client")? {
+        bail!("the sync benchmark needs Node.js for its automerge-repo clients and baseline");
+    }
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
     let server_version = cluster.psql_session(DATABASE, "SHOW server_version;", &["-t", "-A"])?;
     let command = format!(
@@ -121,6 +131,8 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         &[
             ("PostgreSQL", server_version.text.trim().to_string()),
             ("samod", crate::provenance::locked_version(sh, "samod")?),
+            ("@automerge/automerge-repo", "2.5.6 (examples/sync-client)".to_string()),
+            ("Node.js", cmd!(sh, "node --version").quiet().read()?),
         ],
     )?;
     let work = clusters_dir(sh)?.join("bench-sync");
@@ -128,6 +140,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         documents_per_second: Vec::new(),
         latency: sizes.latency.iter().map(|_| LatencyRuns::default()).collect(),
     });
+    let mut js = sync_js::new_measured(sizes.js);
     for repeat in 0..repeats {
         // Rotating which storage goes first, so that none always runs on a machine that
         // another has just warmed (or loaded).
@@ -138,6 +151,15 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
                 measure(sh, backend, &cluster, &work, &sizes, &mut measured[backend as usize])
             })?;
         }
+        let mut order = JsServer::ALL;
+        order.rotate_left(repeat % JsServer::ALL.len());
+        for server in order {
+            let name = format!("repeat {} of {repeats}: JS clients, {}", repeat + 1, server.name());
+            step(&name, || {
+                let runs = &mut js[server as usize];
+                sync_js::measure(sh, server, &cluster, &work, sizes.js, runs)
+            })?;
+        }
     }
     cluster.stop()?;
     let dir = if quick {
@@ -146,7 +168,8 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
         project_root().join(format!("results/sync-bench-{}-{}", provenance.date, provenance.commit))
     };
     std::fs::create_dir_all(&dir)?;
-    let report = report(&command, &provenance, &sizes, repeats, &measured);
+    let report =
+        report(&command, &provenance, &sizes, repeats, &measured) + &sync_js::report(sizes.js, &js);
     std::fs::write(dir.join("README.md"), &report)?;
     println!("{report}");
     note(format!("report in {}", dir.display()));
@@ -240,31 +263,40 @@ fn storage_again<'a>(storage: &ServerStorage<'a>) -> ServerStorage<'a> {
     }
 }
 
-/// Runs a phase of the benchmark's client, killed after PHASE_TIMEOUT; returns its JSON line.
+/// Runs a phase of the benchmark's samod client; returns its JSON line.
 fn client(args: &[&str]) -> Result<String> {
-    let binary = project_root().join("target/release/examples/sync_bench");
-    let mut child = Command::new(&binary)
-        .args(args)
+    let mut command = Command::new(project_root().join("target/release/examples/sync_bench"));
+    command.args(args);
+    last_line(command, &format!("sync_bench {}", args.join(" ")))
+}
+
+/// Runs a benchmark client (`what` in errors), killed after PHASE_TIMEOUT; returns the last
+/// line it printed, or its error line when it fails.
+pub(super) fn last_line(mut command: Command, what: &str) -> Result<String> {
+    let mut child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+        .with_context(|| format!("starting {what}"))?;
     let started = std::time::Instant::now();
     while child.try_wait()?.is_none() {
         if started.elapsed() > PHASE_TIMEOUT {
             child.kill()?;
-            bail!("sync_bench {} did not finish within {PHASE_TIMEOUT:?}", args.join(" "));
+            bail!("{what} did not finish within {PHASE_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let output = child.wait_with_output()?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let reason = stderr.lines().find(|l| l.starts_with("Error: ")).unwrap_or("no message");
-        bail!("sync_bench {} failed ({}): {reason}", args[0], output.status);
+        let reason = stderr
+            .lines()
+            .find(|l| l.starts_with("Error: ") || l.contains("Error:"))
+            .unwrap_or("no message");
+        bail!("{what} failed ({}): {reason}", output.status);
     }
     let stdout = String::from_utf8(output.stdout)?;
-    stdout.lines().last().map(str::to_string).context("sync_bench printed nothing")
+    stdout.lines().last().map(str::to_string).with_context(|| format!("{what} printed nothing"))
 }
 
 fn number(line: &str, field: &str) -> Result<f64> {
@@ -272,18 +304,18 @@ fn number(line: &str, field: &str) -> Result<f64> {
     json[field].as_f64().with_context(|| format!("no {field} in {line}"))
 }
 
-fn samples(line: &str) -> Result<Vec<f64>> {
+pub(super) fn samples(line: &str) -> Result<Vec<f64>> {
     let json: serde_json::Value = serde_json::from_str(line)?;
     let samples = json["samples_ms"].as_array().with_context(|| format!("no samples in {line}"))?;
     Ok(samples.iter().filter_map(serde_json::Value::as_f64).collect())
 }
 
 /// The lowest and highest value (NaN for none).
-fn range(values: &[f64]) -> (f64, f64) {
+pub(super) fn range(values: &[f64]) -> (f64, f64) {
     (percentile(values, 0.0), percentile(values, 1.0))
 }
 
-fn percentile(values: &[f64], at: f64) -> f64 {
+pub(super) fn percentile(values: &[f64], at: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     if sorted.is_empty() {

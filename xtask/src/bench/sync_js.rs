@@ -1,0 +1,211 @@
+//! `cargo xtask bench --sync`'s JS part: automerge-repo 2.5 clients
+//! (`examples/sync-client/bench.mjs`) against our server on Postgres and against
+//! automerge-repo's own Node server (`node-server.mjs`: `Repo`, `NodeWSServerAdapter`,
+//! `NodeFSStorageAdapter`), the server a user would pick instead, in the same run,
+//! alternating; each pair count on a server started for it, on fresh storage.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use report_table::{Align, Table};
+use xshell::Shell;
+
+use super::sync_server::{last_line, percentile, range, samples, LatencyRuns};
+use crate::cluster::{clusters_dir, Cluster};
+use crate::project_root;
+use crate::run::DATABASE;
+use crate::sync::{anonymous, postgres_url, ServerStorage, SyncServer};
+use crate::util::median;
+
+/// Writer/reader pairs and the rounds each makes: 500 pairs are 1,000 connections.
+pub const FULL: &[(usize, usize)] = &[(10, 10), (100, 5), (500, 3)];
+pub const QUICK: &[(usize, usize)] = &[(10, 2)];
+
+#[derive(Clone, Copy)]
+pub enum JsServer {
+    Ours,
+    Node,
+}
+
+impl JsServer {
+    pub const ALL: [JsServer; 2] = [JsServer::Ours, JsServer::Node];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JsServer::Ours => "ours (Postgres)",
+            JsServer::Node => "automerge-repo's Node server",
+        }
+    }
+}
+
+/// What one server measured at one pair count over the repeats.
+#[derive(Default)]
+pub struct JsRuns {
+    latency: LatencyRuns,
+    /// Changes that had not reached their reader a minute after their writer's commit.
+    missing: usize,
+    /// Readers whose `find` had not succeeded 10 s after their writer's `create`.
+    failed_finds: usize,
+    /// Ours only: from a client's `create` to the document's row in the documents table.
+    create_to_row_ms: Vec<f64>,
+    /// Ours only: new documents whose row had not appeared 30 s after their `create`.
+    not_stored: usize,
+}
+
+/// Per server (in [`JsServer::ALL`]'s order), per pair count.
+pub type JsMeasured = [Vec<JsRuns>; 2];
+
+pub fn new_measured(pairs: &[(usize, usize)]) -> JsMeasured {
+    JsServer::ALL.map(|_| pairs.iter().map(|_| JsRuns::default()).collect())
+}
+
+/// One repeat of `server`: each pair count on a server started for it, on fresh storage.
+pub fn measure(
+    sh: &Shell,
+    server: JsServer,
+    cluster: &Cluster,
+    work: &Path,
+    pairs: &[(usize, usize)],
+    measured: &mut [JsRuns],
+) -> Result<()> {
+    let files = work.join("node-server-storage");
+    for (runs, &(pairs, rounds)) in measured.iter_mut().zip(pairs) {
+        let (running, database) = match server {
+            JsServer::Ours => {
+                cluster.psql(
+                    DATABASE,
+                    "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;",
+                )?;
+                let storage = ServerStorage::Postgres(cluster, DATABASE);
+                (SyncServer::start(sh, storage, "bench", true, &anonymous())?, true)
+            }
+            JsServer::Node => {
+                if files.exists() {
+                    std::fs::remove_dir_all(&files)?;
+                }
+                std::fs::create_dir_all(&files)?;
+                let mut command = Command::new("node");
+                command.arg("node-server.mjs").arg("--storage").arg(&files);
+                command.current_dir(project_root().join("examples/sync-client"));
+                let log = clusters_dir(sh)?.join("sync-node-server.log");
+                (SyncServer::spawn(command, log)?, false)
+            }
+        };
+        let mut command = Command::new("node");
+        command.current_dir(project_root().join("examples/sync-client")).args([
+            "bench.mjs",
+            "--server",
+            &running.url,
+            "--pairs",
+            &pairs.to_string(),
+            "--rounds",
+            &rounds.to_string(),
+        ]);
+        if database {
+            command.arg("--pg").arg(postgres_url(cluster, DATABASE));
+        }
+        // A run that does not finish is reported as such, with its reason.
+        match last_line(command, &format!("bench.mjs with {pairs} pairs")) {
+            Ok(line) => record(runs, &line)?,
+            Err(error) => runs.latency.failures.push(error.to_string()),
+        }
+        running.stop()?;
+    }
+    Ok(())
+}
+
+fn record(runs: &mut JsRuns, line: &str) -> Result<()> {
+    let json: serde_json::Value = serde_json::from_str(line)?;
+    let count = |field: &str| {
+        json[field].as_u64().map(|n| n as usize).with_context(|| format!("no {field} in {line}"))
+    };
+    let samples = samples(line)?;
+    runs.latency.repeat_medians_ms.push(median(&samples));
+    runs.latency.samples_ms.extend(samples);
+    runs.missing += count("missing")?;
+    runs.failed_finds += count("failed_finds")?;
+    let rows = json["create_to_row_ms"].as_array().context("no create_to_row_ms")?;
+    runs.not_stored += rows.iter().filter(|ms| ms.is_null()).count();
+    runs.create_to_row_ms.extend(rows.iter().filter_map(serde_json::Value::as_f64));
+    Ok(())
+}
+
+/// The report's section on the JS clients.
+pub fn report(pairs: &[(usize, usize)], measured: &JsMeasured) -> String {
+    let [ours, node] = measured;
+    let mut text = String::new();
+    let _ = writeln!(text, "## JS clients: ours against automerge-repo's Node server\n");
+    let _ = writeln!(
+        text,
+        "`@automerge/automerge-repo` 2.5 clients in one Node process \
+         (`examples/sync-client/bench.mjs`), every writer and every reader a `Repo` with its \
+         own WebSocket, one document per pair, against our server on Postgres (release, \
+         anonymous) and against automerge-repo's own server as a user would set it up \
+         (`examples/sync-client/node-server.mjs`: `Repo` + `NodeWSServerAdapter` + \
+         `NodeFSStorageAdapter`, `sharePolicy` false), alternating. A reader retries its \
+         `find` until 10 s after its writer's `create`; one that has not found the document \
+         by then is a failed find and sits out the rounds. Each round every writer changes \
+         its document at once; each change is timed until its reader has it, and one not \
+         there a minute later is missing. Median and p90 over every change of every repeat; \
+         the ratio is ours over the Node server's. \"create → row\" is the time from a \
+         client's `create` to its document's row in the documents table (median and \
+         highest; rows not there 30 s later are counted).\n"
+    );
+    let mut table = Table::new([
+        ("pairs", Align::Right),
+        ("connections", Align::Right),
+        ("rounds", Align::Right),
+        ("ours median ms", Align::Right),
+        ("repeats", Align::Right),
+        ("p90", Align::Right),
+        ("Node median ms", Align::Right),
+        ("repeats", Align::Right),
+        ("p90", Align::Right),
+        ("ratio (medians)", Align::Right),
+        ("failed finds ours / Node", Align::Right),
+        ("missing changes ours / Node", Align::Right),
+        ("create → row median / max ms", Align::Right),
+        ("rows not stored", Align::Right),
+    ]);
+    let mut failures = Vec::new();
+    for (at, &(pairs, rounds)) in pairs.iter().enumerate() {
+        let (us, them) = (&ours[at], &node[at]);
+        for (server, runs) in JsServer::ALL.into_iter().zip([us, them]) {
+            for reason in &runs.latency.failures {
+                failures.push(format!("- {pairs} pairs on {}: {reason}", server.name()));
+            }
+        }
+        let repeat_range = |runs: &JsRuns| {
+            let (min, max) = range(&runs.latency.repeat_medians_ms);
+            format!("{min:.1}–{max:.1}")
+        };
+        let (_, row_max) = range(&us.create_to_row_ms);
+        table.row([
+            pairs.to_string(),
+            (2 * pairs).to_string(),
+            rounds.to_string(),
+            format!("{:.1}", median(&us.latency.samples_ms)),
+            repeat_range(us),
+            format!("{:.1}", percentile(&us.latency.samples_ms, 0.9)),
+            format!("{:.1}", median(&them.latency.samples_ms)),
+            repeat_range(them),
+            format!("{:.1}", percentile(&them.latency.samples_ms, 0.9)),
+            format!("{:.2}x", median(&us.latency.samples_ms) / median(&them.latency.samples_ms)),
+            format!("{} / {}", us.failed_finds, them.failed_finds),
+            format!("{} / {}", us.missing, them.missing),
+            format!("{:.0} / {row_max:.0}", median(&us.create_to_row_ms)),
+            us.not_stored.to_string(),
+        ]);
+    }
+    let _ = writeln!(text, "{table}");
+    if !failures.is_empty() {
+        let _ = writeln!(
+            text,
+            "JS runs that did not finish (left out of the figures above):\n\n{}\n",
+            failures.join("\n")
+        );
+    }
+    text
+}
