@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use report_table::{Align, Table};
 use xshell::Shell;
 
-use super::sync_server::{last_line, percentile, range, samples, LatencyRuns};
+use super::sync_server::{last_line, range, samples, LatencyRuns};
 use crate::cluster::{clusters_dir, Cluster};
 use crate::project_root;
 use crate::run::DATABASE;
@@ -177,27 +177,18 @@ pub fn report(pairs: &[(usize, usize)], measured: &JsMeasured) -> String {
                 failures.push(format!("- {pairs} pairs on {}: {reason}", server.name()));
             }
         }
-        let repeat_range = |runs: &JsRuns| {
-            let (min, max) = range(&runs.latency.repeat_medians_ms);
-            format!("{min:.1}–{max:.1}")
-        };
         let (_, row_max) = range(&us.create_to_row_ms);
-        table.row([
-            pairs.to_string(),
-            (2 * pairs).to_string(),
-            rounds.to_string(),
-            format!("{:.1}", median(&us.latency.samples_ms)),
-            repeat_range(us),
-            format!("{:.1}", percentile(&us.latency.samples_ms, 0.9)),
-            format!("{:.1}", median(&them.latency.samples_ms)),
-            repeat_range(them),
-            format!("{:.1}", percentile(&them.latency.samples_ms, 0.9)),
+        let cells = [pairs.to_string(), (2 * pairs).to_string(), rounds.to_string()]
+            .into_iter()
+            .chain(us.latency.cells())
+            .chain(them.latency.cells());
+        table.row(cells.chain([
             format!("{:.2}x", median(&us.latency.samples_ms) / median(&them.latency.samples_ms)),
             format!("{} / {}", us.failed_finds, them.failed_finds),
             format!("{} / {}", us.missing, them.missing),
             format!("{:.0} / {row_max:.0}", median(&us.create_to_row_ms)),
             us.not_stored.to_string(),
-        ]);
+        ]));
     }
     let _ = writeln!(text, "{table}");
     if !failures.is_empty() {

@@ -106,6 +106,19 @@ pub(super) struct LatencyRuns {
     pub(super) failures: Vec<String>,
 }
 
+impl LatencyRuns {
+    /// A report's three cells for these runs: the median over every change, the range of
+    /// the repeats' medians, the 90th percentile.
+    pub(super) fn cells(&self) -> [String; 3] {
+        let (min, max) = range(&self.repeat_medians_ms);
+        [
+            format!("{:.1}", median(&self.samples_ms)),
+            format!("{min:.1}–{max:.1}"),
+            format!("{:.1}", percentile(&self.samples_ms, 0.9)),
+        ]
+    }
+}
+
 pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()> {
     let sizes = if quick { QUICK } else { FULL };
     step(&format!("{major}: install the extension (release)"), || {
@@ -425,25 +438,14 @@ fn report(
                 failures.push(format!("- {pairs} pairs on {}: {reason}", backend.name()));
             }
         }
-        let repeat_range = |runs: &LatencyRuns| {
-            let (min, max) = range(&runs.repeat_medians_ms);
-            format!("{min:.1}–{max:.1}")
-        };
-        latency.row([
-            pairs.to_string(),
-            rounds.to_string(),
-            format!("{:.1}", median(&pg.samples_ms)),
-            repeat_range(pg),
-            format!("{:.1}", percentile(&pg.samples_ms, 0.9)),
-            format!("{:.1}", median(&fs.samples_ms)),
-            repeat_range(fs),
-            format!("{:.1}", percentile(&fs.samples_ms, 0.9)),
-            format!("{:.2}x", median(&pg.samples_ms) / median(&fs.samples_ms)),
-            format!("{:.1}", median(&ac.samples_ms)),
-            repeat_range(ac),
-            format!("{:.1}", percentile(&ac.samples_ms, 0.9)),
-            format!("{:+.1}", median(&ac.samples_ms) - median(&pg.samples_ms)),
-        ]);
+        let cells = [pairs.to_string(), rounds.to_string()]
+            .into_iter()
+            .chain(pg.cells())
+            .chain(fs.cells())
+            .chain([format!("{:.2}x", median(&pg.samples_ms) / median(&fs.samples_ms))])
+            .chain(ac.cells());
+        latency
+            .row(cells.chain([format!("{:+.1}", median(&ac.samples_ms) - median(&pg.samples_ms))]));
     }
     let _ = writeln!(text, "{latency}");
     let _ = writeln!(text, "## Documents shared among repos\n");
