@@ -151,6 +151,10 @@ pub struct BenchFlags {
     /// report gives medians over them. 5 by default, 1 with --quick.
     #[arg(long, requires = "sync")]
     pub repeats: Option<usize>,
+    /// With --sync: then record where the machine's and the server's time go (perf) while
+    /// JS clients run 100 pairs against the server, into the report's profile-100-pairs.md.
+    #[arg(long, requires = "sync")]
+    pub profile: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -31,6 +31,8 @@ const BUILD_PACKAGES: &[&str] = &[
     "ca-certificates",
     "debian-archive-keyring",
     "sudo",
+    // perf, for `cargo xtask bench --sync --profile`.
+    "linux-perf",
 ];
 
 impl SetupFlags {

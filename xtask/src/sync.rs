@@ -111,6 +111,10 @@ impl SyncServer {
         Ok(SyncServer { child, url, log })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the server as a container stop would (SIGTERM), waiting for it to flush.
     pub fn stop(mut self) -> Result<()> {
         self.terminate()

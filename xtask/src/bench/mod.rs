@@ -33,7 +33,7 @@ impl BenchFlags {
         SetupFlags { pg: self.pg.into() }.run(sh)?;
         if self.sync {
             let repeats = self.repeats.unwrap_or(if self.quick { 1 } else { 5 });
-            return sync_server::run(sh, self.pg, self.quick, repeats);
+            return sync_server::run(sh, self.pg, self.quick, repeats, self.profile);
         }
         let scale = if self.quick { BenchScale::Small } else { self.scale };
         measure_and_report(sh, self.pg, scale, self.jobs, self.filter.as_deref())?;

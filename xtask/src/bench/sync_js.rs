@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 use report_table::{Align, Table};
-use xshell::Shell;
+use xshell::{cmd, Shell};
 
 use super::sync_server::{last_line, range, samples, LatencyRuns};
 use crate::cluster::{clusters_dir, Cluster};
@@ -73,14 +73,7 @@ pub fn measure(
     let files = work.join("node-server-storage");
     for (runs, &(pairs, rounds)) in measured.iter_mut().zip(pairs) {
         let (running, database) = match server {
-            JsServer::Ours => {
-                cluster.psql(
-                    DATABASE,
-                    "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;",
-                )?;
-                let storage = ServerStorage::Postgres(cluster, DATABASE);
-                (SyncServer::start(sh, storage, "bench", true, &anonymous())?, true)
-            }
+            JsServer::Ours => (start_ours(sh, cluster)?, true),
             JsServer::Node => {
                 if files.exists() {
                     std::fs::remove_dir_all(&files)?;
@@ -93,26 +86,110 @@ pub fn measure(
                 (SyncServer::spawn(command, log)?, false)
             }
         };
-        let mut command = Command::new("node");
-        command.current_dir(project_root().join("examples/sync-client")).args([
-            "bench.mjs",
-            "--server",
-            &running.url,
-            "--pairs",
-            &pairs.to_string(),
-            "--rounds",
-            &rounds.to_string(),
-        ]);
-        if database {
-            command.arg("--pg").arg(postgres_url(cluster, DATABASE));
-        }
+        let database = database.then_some(cluster);
         // A run that does not finish is reported as such, with its reason.
-        match last_line(command, &format!("bench.mjs with {pairs} pairs")) {
+        match last_line(clients(&running, pairs, rounds, database), &clients_name(pairs)) {
             Ok(line) => record(runs, &line)?,
             Err(error) => runs.latency.failures.push(error.to_string()),
         }
         running.stop()?;
     }
+    Ok(())
+}
+
+/// bench.mjs's pairs against `server`, which stores in `database` when given.
+fn clients(
+    server: &SyncServer,
+    pairs: usize,
+    rounds: usize,
+    database: Option<&Cluster>,
+) -> Command {
+    let mut command = Command::new("node");
+    command.current_dir(project_root().join("examples/sync-client")).args([
+        "bench.mjs",
+        "--server",
+        &server.url,
+        "--pairs",
+        &pairs.to_string(),
+        "--rounds",
+        &rounds.to_string(),
+    ]);
+    if let Some(cluster) = database {
+        command.arg("--pg").arg(postgres_url(cluster, DATABASE));
+    }
+    command
+}
+
+fn clients_name(pairs: usize) -> String {
+    format!("bench.mjs with {pairs} pairs")
+}
+
+/// Starts our server on fresh tables of `cluster`.
+fn start_ours(sh: &Shell, cluster: &Cluster) -> Result<SyncServer> {
+    cluster.psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
+    SyncServer::start(sh, ServerStorage::Postgres(cluster, DATABASE), "bench", true, &anonymous())
+}
+
+/// Where the time goes with 100 pairs of JS clients on our server: perf samples the whole
+/// machine meanwhile; `dir/profile-100-pairs.md` gets the share of each process and
+/// library, then the server's own functions.
+pub fn profile(
+    sh: &Shell,
+    cluster: &Cluster,
+    work: &Path,
+    command: &str,
+    dir: &Path,
+) -> Result<()> {
+    const PAIRS: usize = 100;
+    const ROUNDS: usize = 10;
+    let server = start_ours(sh, cluster)?;
+    let data = work.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args(["record", "--all-cpus", "--freq", "499", "--output"])
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting perf (Debian's linux-perf; `cargo xtask setup` installs it)")?;
+    let line = last_line(clients(&server, PAIRS, ROUNDS, Some(cluster)), &clients_name(PAIRS));
+    let pid = libc::pid_t::try_from(perf.id())?;
+    // SAFETY: kill(2) takes plain integers; the child is ours and not yet reaped. perf
+    // writes its data on SIGINT.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    perf.wait()?;
+    let server_pid = server.pid().to_string();
+    server.stop()?;
+    let samples = samples(&line?)?;
+    // perf pads its columns to the longest symbol's width.
+    let report = |args: &[&str]| -> Result<String> {
+        let text = cmd!(sh, "perf report --input {data} --stdio --no-children {args...}")
+            .quiet()
+            .read()?;
+        Ok(text.lines().map(str::trim_end).collect::<Vec<_>>().join("\n"))
+    };
+    let machine = report(&["--sort", "comm,dso", "--percent-limit", "1"])?;
+    let own = report(&[
+        "--pid",
+        &server_pid,
+        "--percentage",
+        "relative",
+        "--sort",
+        "symbol",
+        "--percent-limit",
+        "0.5",
+    ])?;
+    let text = format!(
+        "# Where the time goes: {PAIRS} pairs of JS clients on our server\n\n\
+         Produced by `{command}` (see README.md for the machine and versions): `perf record \
+         --all-cpus --freq 499` while examples/sync-client/bench.mjs ran {PAIRS} pairs × \
+         {ROUNDS} rounds against the sync server (release) on PostgreSQL; change round trip \
+         median {:.1} ms over {} changes. First every process and library's share of the \
+         machine's samples, then the sync server's own functions as shares of its \
+         samples.\n\n## The machine\n\n```\n{machine}\n```\n\n## The sync server\n\n```\n{own}\n```\n",
+        median(&samples),
+        samples.len()
+    );
+    std::fs::write(dir.join("profile-100-pairs.md"), text)?;
     Ok(())
 }
 

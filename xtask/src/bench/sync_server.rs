@@ -119,7 +119,7 @@ impl LatencyRuns {
     }
 }
 
-pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()> {
+pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: bool) -> Result<()> {
     let sizes = if quick { QUICK } else { FULL };
     step(&format!("{major}: install the extension (release)"), || {
         PgInstall::shared(major).install_extension(sh, true)
@@ -134,9 +134,10 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
     let server_version = cluster.psql_session(DATABASE, "SHOW server_version;", &["-t", "-A"])?;
     let command = format!(
-        "cargo xtask bench --sync --pg {}{} --repeats {repeats}",
+        "cargo xtask bench --sync --pg {}{} --repeats {repeats}{}",
         major.number(),
-        if quick { " --quick" } else { "" }
+        if quick { " --quick" } else { "" },
+        if profile { " --profile" } else { "" }
     );
     let provenance = Provenance::collect(
         sh,
@@ -174,13 +175,18 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize) -> Result<()
             })?;
         }
     }
-    cluster.stop()?;
     let dir = if quick {
         project_root().join("target/bench-quick-sync")
     } else {
         project_root().join(format!("results/sync-bench-{}-{}", provenance.date, provenance.commit))
     };
     std::fs::create_dir_all(&dir)?;
+    if profile {
+        step("profile the server under 100 pairs of JS clients (perf)", || {
+            sync_js::profile(sh, &cluster, &work, &command, &dir)
+        })?;
+    }
+    cluster.stop()?;
     let report =
         report(&command, &provenance, &sizes, repeats, &measured) + &sync_js::report(sizes.js, &js);
     std::fs::write(dir.join("README.md"), &report)?;
