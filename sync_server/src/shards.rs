@@ -520,7 +520,14 @@ mod tests {
         let made = writer.create(doc).await.expect("created");
         let id = made.document_id().clone();
         let held = || async { shards.holding(&id.to_string()).await.is_some() };
-        eventually("the repo holds the new document", held).await;
+        // The writer's first sync message only announces the document; its content
+        // follows, and must have reached the server's repo before the writer goes.
+        let synced = || async {
+            let Some(repo) = shards.holding(&id.to_string()).await else { return false };
+            let found = tokio::time::timeout(Duration::from_secs(1), repo.find(id.clone())).await;
+            matches!(found, Ok(Ok(Some(handle))) if title(&handle).is_some())
+        };
+        eventually("the repo holds the new document's title", synced).await;
         writer.stop().await;
         eventually("the document is released", || async { !held().await }).await;
         let reader = client(&shards).await;
