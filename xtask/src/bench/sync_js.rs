@@ -15,6 +15,7 @@ use xshell::{cmd, Shell};
 use super::sync_server::{last_line, range, samples, LatencyRuns};
 use crate::cluster::{clusters_dir, Cluster};
 use crate::project_root;
+use crate::provenance::Provenance;
 use crate::run::DATABASE;
 use crate::sync::{anonymous, postgres_url, ServerStorage, SyncServer};
 use crate::util::median;
@@ -137,7 +138,7 @@ pub fn profile(
     sh: &Shell,
     cluster: &Cluster,
     work: &Path,
-    command: &str,
+    provenance: &Provenance,
     dir: &Path,
 ) -> Result<()> {
     const PAIRS: usize = 100;
@@ -180,12 +181,13 @@ pub fn profile(
     ])?;
     let text = format!(
         "# Where the time goes: {PAIRS} pairs of JS clients on our server\n\n\
-         Produced by `{command}` (see README.md for the machine and versions): `perf record \
+         Generated with the README.md beside it; not edited by hand.\n\n{}\n`perf record \
          --all-cpus --freq 499` while examples/sync-client/bench.mjs ran {PAIRS} pairs × \
          {ROUNDS} rounds against the sync server (release) on PostgreSQL; change round trip \
          median {:.1} ms over {} changes. First every process and library's share of the \
          machine's samples, then the sync server's own functions as shares of its \
          samples.\n\n## The machine\n\n```\n{machine}\n```\n\n## The sync server\n\n```\n{own}\n```\n",
+        provenance.markdown(),
         median(&samples),
         samples.len()
     );

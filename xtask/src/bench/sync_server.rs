@@ -183,7 +183,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
     std::fs::create_dir_all(&dir)?;
     if profile {
         step("profile the server under 100 pairs of JS clients (perf)", || {
-            sync_js::profile(sh, &cluster, &work, &command, &dir)
+            sync_js::profile(sh, &cluster, &work, &provenance, &dir)
         })?;
     }
     cluster.stop()?;
