@@ -2,7 +2,8 @@
 //! (`examples/sync-client/bench.mjs`) against our server on Postgres and against
 //! automerge-repo's own Node server (`node-server.mjs`: `Repo`, `NodeWSServerAdapter`,
 //! `NodeFSStorageAdapter`), the server a user would pick instead, in the same run,
-//! alternating; each pair count on a server started for it, on fresh storage.
+//! alternating; each pair count on a server started for it, on fresh storage; then the
+//! first sync of many stored documents (`first-sync.mjs`) on each.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -12,7 +13,7 @@ use anyhow::{Context, Result};
 use report_table::{Align, Table};
 use xshell::{cmd, Shell};
 
-use super::sync_server::{last_line, range, samples, LatencyRuns};
+use super::sync_server::{last_line, number, range, samples, LatencyRuns};
 use crate::cluster::{clusters_dir, Cluster};
 use crate::project_root;
 use crate::provenance::Provenance;
@@ -23,6 +24,10 @@ use crate::util::median;
 /// Writer/reader pairs and the rounds each makes: 500 pairs are 1,000 connections.
 pub const FULL: &[(usize, usize)] = &[(10, 10), (100, 5), (500, 3)];
 pub const QUICK: &[(usize, usize)] = &[(10, 2)];
+
+/// Stored documents of the first sync: as many as the issue's users open.
+pub const FIRST_SYNC_FULL: usize = 10_000;
+pub const FIRST_SYNC_QUICK: usize = 50;
 
 #[derive(Clone, Copy)]
 pub enum JsServer {
@@ -55,39 +60,47 @@ pub struct JsRuns {
     not_stored: usize,
 }
 
-/// Per server (in [`JsServer::ALL`]'s order), per pair count.
-pub type JsMeasured = [Vec<JsRuns>; 2];
-
-pub fn new_measured(pairs: &[(usize, usize)]) -> JsMeasured {
-    JsServer::ALL.map(|_| pairs.iter().map(|_| JsRuns::default()).collect())
+/// What one server's first syncs measured over the repeats.
+#[derive(Default)]
+pub struct FirstSyncRuns {
+    documents_per_second: Vec<f64>,
+    /// Seeded documents the checking client did not find (left out of the first sync's
+    /// count of failures: it asks for every seeded id).
+    failed_seeds: usize,
+    /// Finds of the first sync that did not succeed within 30 s.
+    failed_finds: usize,
+    failures: Vec<String>,
 }
 
-/// One repeat of `server`: each pair count on a server started for it, on fresh storage.
+/// One server's runs: per pair count, then the first syncs.
+pub struct JsServerRuns {
+    pairs: Vec<JsRuns>,
+    first_sync: FirstSyncRuns,
+}
+
+/// Per server, in [`JsServer::ALL`]'s order.
+pub type JsMeasured = [JsServerRuns; 2];
+
+pub fn new_measured(pairs: &[(usize, usize)]) -> JsMeasured {
+    JsServer::ALL.map(|_| JsServerRuns {
+        pairs: pairs.iter().map(|_| JsRuns::default()).collect(),
+        first_sync: FirstSyncRuns::default(),
+    })
+}
+
+/// One repeat of `server`: each pair count on a server started for it, on fresh storage,
+/// then the first sync of `documents` stored ones.
 pub fn measure(
     sh: &Shell,
     server: JsServer,
     cluster: &Cluster,
     work: &Path,
-    pairs: &[(usize, usize)],
-    measured: &mut [JsRuns],
+    (pairs, documents): (&[(usize, usize)], usize),
+    measured: &mut JsServerRuns,
 ) -> Result<()> {
-    let files = work.join("node-server-storage");
-    for (runs, &(pairs, rounds)) in measured.iter_mut().zip(pairs) {
-        let (running, database) = match server {
-            JsServer::Ours => (start_ours(sh, cluster)?, true),
-            JsServer::Node => {
-                if files.exists() {
-                    std::fs::remove_dir_all(&files)?;
-                }
-                std::fs::create_dir_all(&files)?;
-                let mut command = Command::new("node");
-                command.arg("node-server.mjs").arg("--storage").arg(&files);
-                command.current_dir(project_root().join("examples/sync-client"));
-                let log = clusters_dir(sh)?.join("sync-node-server.log");
-                (SyncServer::spawn(command, log)?, false)
-            }
-        };
-        let database = database.then_some(cluster);
+    for (runs, &(pairs, rounds)) in measured.pairs.iter_mut().zip(pairs) {
+        let (running, database) =
+            start(sh, server, cluster, work, Storage::Fresh, DocumentsPerConnection::Default)?;
         // A run that does not finish is reported as such, with its reason.
         match last_line(clients(&running, pairs, rounds, database), &clients_name(pairs)) {
             Ok(line) => record(runs, &line)?,
@@ -95,6 +108,99 @@ pub fn measure(
         }
         running.stop()?;
     }
+    first_sync(sh, server, cluster, work, documents, &mut measured.first_sync)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Fresh,
+    Kept,
+}
+
+/// How many documents one client may sync from our server: its default bound (1,000, a
+/// public server's), or as many as a first sync asks for.
+#[derive(Clone, Copy)]
+enum DocumentsPerConnection {
+    Default,
+    AtMost(usize),
+}
+
+/// Starts `server` on its storage, emptied first when `Fresh`; returns it and, for ours,
+/// the cluster it stores in.
+fn start<'a>(
+    sh: &Shell,
+    server: JsServer,
+    cluster: &'a Cluster,
+    work: &Path,
+    storage: Storage,
+    bound: DocumentsPerConnection,
+) -> Result<(SyncServer, Option<&'a Cluster>)> {
+    match server {
+        JsServer::Ours => {
+            if storage == Storage::Fresh {
+                cluster.psql(
+                    DATABASE,
+                    "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;",
+                )?;
+            }
+            let mut flags = anonymous();
+            if let DocumentsPerConnection::AtMost(documents) = bound {
+                flags.extend(["--max-documents-per-connection".to_string(), documents.to_string()]);
+            }
+            let storage = ServerStorage::Postgres(cluster, DATABASE);
+            Ok((SyncServer::start(sh, storage, "bench", true, &flags)?, Some(cluster)))
+        }
+        JsServer::Node => {
+            let files = work.join("node-server-storage");
+            if storage == Storage::Fresh && files.exists() {
+                std::fs::remove_dir_all(&files)?;
+            }
+            std::fs::create_dir_all(&files)?;
+            let mut command = Command::new("node");
+            command.arg("node-server.mjs").arg("--storage").arg(&files);
+            command.current_dir(project_root().join("examples/sync-client"));
+            let log = clusters_dir(sh)?.join("sync-node-server.log");
+            Ok((SyncServer::spawn(command, log)?, None))
+        }
+    }
+}
+
+/// Seeds `documents` through `server`, restarts it on the same storage and times a fresh
+/// client finding them all; a phase that does not finish is recorded with its reason.
+fn first_sync(
+    sh: &Shell,
+    server: JsServer,
+    cluster: &Cluster,
+    work: &Path,
+    documents: usize,
+    runs: &mut FirstSyncRuns,
+) -> Result<()> {
+    let ids = work.join("first-sync-ids.txt").display().to_string();
+    let documents_arg = documents.to_string();
+    let phases: [&[&str]; 2] = [&["--seed", &documents_arg, "--ids", &ids], &["--find", &ids]];
+    let mut lines = Vec::new();
+    for (phase, args) in phases.into_iter().enumerate() {
+        let storage = if phase == 0 { Storage::Fresh } else { Storage::Kept };
+        let bound = DocumentsPerConnection::AtMost(documents);
+        let (running, _) = start(sh, server, cluster, work, storage, bound)?;
+        let mut command = Command::new("node");
+        command
+            .current_dir(project_root().join("examples/sync-client"))
+            .args(["first-sync.mjs", "--server", &running.url])
+            .args(args);
+        let line = last_line(command, &format!("first-sync.mjs {}", args.join(" ")));
+        running.stop()?;
+        match line {
+            Ok(line) => lines.push(line),
+            Err(error) => {
+                runs.failures.push(error.to_string());
+                return Ok(());
+            }
+        }
+    }
+    runs.failed_seeds += number(&lines[0], "failed")? as usize;
+    runs.failed_finds += number(&lines[1], "failed")? as usize;
+    runs.documents_per_second.push(documents as f64 / number(&lines[1], "seconds")?);
     Ok(())
 }
 
@@ -125,12 +231,6 @@ fn clients_name(pairs: usize) -> String {
     format!("bench.mjs with {pairs} pairs")
 }
 
-/// Starts our server on fresh tables of `cluster`.
-fn start_ours(sh: &Shell, cluster: &Cluster) -> Result<SyncServer> {
-    cluster.psql(DATABASE, "DROP TABLE IF EXISTS documents, automerge_repo_chunks; CHECKPOINT;")?;
-    SyncServer::start(sh, ServerStorage::Postgres(cluster, DATABASE), "bench", true, &anonymous())
-}
-
 /// Where the time goes with 100 pairs of JS clients on our server: perf samples the whole
 /// machine meanwhile; `dir/profile-100-pairs.md` gets the share of each process and
 /// library, then the server's own functions.
@@ -143,7 +243,8 @@ pub fn profile(
 ) -> Result<()> {
     const PAIRS: usize = 100;
     const ROUNDS: usize = 10;
-    let server = start_ours(sh, cluster)?;
+    let (server, _) =
+        start(sh, JsServer::Ours, cluster, work, Storage::Fresh, DocumentsPerConnection::Default)?;
     let data = work.join("perf.data");
     let mut perf = Command::new("perf")
         .args(["record", "--all-cpus", "--freq", "499", "--output"])
@@ -212,8 +313,8 @@ fn record(runs: &mut JsRuns, line: &str) -> Result<()> {
 }
 
 /// The report's section on the JS clients.
-pub fn report(pairs: &[(usize, usize)], measured: &JsMeasured) -> String {
-    let [ours, node] = measured;
+pub fn report(pairs: &[(usize, usize)], documents: usize, measured: &JsMeasured) -> String {
+    let [ours, node] = measured.each_ref().map(|runs| &runs.pairs);
     let mut text = String::new();
     let _ = writeln!(text, "## JS clients: ours against automerge-repo's Node server\n");
     let _ = writeln!(
@@ -270,6 +371,45 @@ pub fn report(pairs: &[(usize, usize)], measured: &JsMeasured) -> String {
         ]));
     }
     let _ = writeln!(text, "{table}");
+    let _ = writeln!(text, "### First sync of {documents} stored documents\n");
+    let _ = writeln!(
+        text,
+        "Clients create {documents} documents through the server, 500 each (one client \
+         holding thousands slows down, automerge-repo's own cost), and a second client finds \
+         each of them (`examples/sync-client/first-sync.mjs --seed`); the server is restarted \
+         on the same storage, and a fresh client finds them all, 50 at a time (`--find`), each \
+         find failing after 30 s. Ours runs with `--max-documents-per-connection {documents}`: \
+         its default bound, 1,000, would close each client's connection at the 1,001st \
+         document. Documents per second of that first sync: median, lowest and highest over \
+         the repeats; the ratio is ours over the Node server's median.\n"
+    );
+    let mut first = Table::new([
+        ("server", Align::Left),
+        ("documents/s (median)", Align::Right),
+        ("min", Align::Right),
+        ("max", Align::Right),
+        ("ratio", Align::Right),
+        ("seeds not found", Align::Right),
+        ("first-sync finds failed", Align::Right),
+    ]);
+    let base = median(&measured[JsServer::Node as usize].first_sync.documents_per_second);
+    for (server, runs) in JsServer::ALL.into_iter().zip(measured) {
+        let runs = &runs.first_sync;
+        for reason in &runs.failures {
+            failures.push(format!("- first sync on {}: {reason}", server.name()));
+        }
+        let (min, max) = range(&runs.documents_per_second);
+        first.row([
+            server.name().to_string(),
+            format!("{:.0}", median(&runs.documents_per_second)),
+            format!("{min:.0}"),
+            format!("{max:.0}"),
+            format!("{:.2}x", median(&runs.documents_per_second) / base),
+            runs.failed_seeds.to_string(),
+            runs.failed_finds.to_string(),
+        ]);
+    }
+    let _ = writeln!(text, "{first}");
     if !failures.is_empty() {
         let _ = writeln!(
             text,

@@ -5,7 +5,8 @@
 //! just started), and the round trip of a change from a writer client through the server
 //! and its storage to a reader client, with 1, 10 and 100 writer/reader pairs at once;
 //! then automerge-repo's JS clients against it and against automerge-repo's own Node
-//! server (sync_js.rs) at 10, 100 and 500 pairs.
+//! server (sync_js.rs) at 10, 100 and 500 pairs, and their first sync of 10,000 stored
+//! documents.
 //! Medians over repeats, the two storages alternating, each repeat on fresh storage; the
 //! report goes to `results/sync-bench-<date>-<commit>/README.md`
 //! (`target/bench-quick-sync/` for --quick).
@@ -37,11 +38,22 @@ struct Sizes {
     latency: &'static [(usize, usize)],
     /// The same for the JS clients against ours and the Node server.
     js: &'static [(usize, usize)],
+    /// The stored documents of the JS clients' first sync.
+    js_documents: usize,
 }
 
-const FULL: Sizes =
-    Sizes { documents: 200, latency: &[(1, 20), (10, 10), (100, 5)], js: sync_js::FULL };
-const QUICK: Sizes = Sizes { documents: 30, latency: &[(1, 3), (10, 2)], js: sync_js::QUICK };
+const FULL: Sizes = Sizes {
+    documents: 200,
+    latency: &[(1, 20), (10, 10), (100, 5)],
+    js: sync_js::FULL,
+    js_documents: sync_js::FIRST_SYNC_FULL,
+};
+const QUICK: Sizes = Sizes {
+    documents: 30,
+    latency: &[(1, 3), (10, 2)],
+    js: sync_js::QUICK,
+    js_documents: sync_js::FIRST_SYNC_QUICK,
+};
 
 /// How many documents the client's first sync asks for at once (sync_bench.rs).
 const FIND_CONCURRENCY: usize = 50;
@@ -171,7 +183,8 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
             let name = format!("repeat {} of {repeats}: JS clients, {}", repeat + 1, server.name());
             step(&name, || {
                 let runs = &mut js[server as usize];
-                sync_js::measure(sh, server, &cluster, &work, sizes.js, runs)
+                let sizes = (sizes.js, sizes.js_documents);
+                sync_js::measure(sh, server, &cluster, &work, sizes, runs)
             })?;
         }
     }
@@ -187,8 +200,8 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
         })?;
     }
     cluster.stop()?;
-    let report =
-        report(&command, &provenance, &sizes, repeats, &measured) + &sync_js::report(sizes.js, &js);
+    let report = report(&command, &provenance, &sizes, repeats, &measured)
+        + &sync_js::report(sizes.js, sizes.js_documents, &js);
     std::fs::write(dir.join("README.md"), &report)?;
     println!("{report}");
     note(format!("report in {}", dir.display()));
@@ -318,7 +331,7 @@ pub(super) fn last_line(mut command: Command, what: &str) -> Result<String> {
     stdout.lines().last().map(str::to_string).with_context(|| format!("{what} printed nothing"))
 }
 
-fn number(line: &str, field: &str) -> Result<f64> {
+pub(super) fn number(line: &str, field: &str) -> Result<f64> {
     let json: serde_json::Value = serde_json::from_str(line)?;
     json[field].as_f64().with_context(|| format!("no {field} in {line}"))
 }
