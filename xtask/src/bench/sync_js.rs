@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use report_table::{Align, Table};
 use xshell::{cmd, Shell};
 
-use super::sync_server::{last_line, number, range, samples, LatencyRuns};
+use super::sync_server::{last_line, number, range, rate_cells, samples, LatencyRuns};
 use crate::cluster::{clusters_dir, Cluster};
 use crate::project_root;
 use crate::provenance::Provenance;
@@ -177,10 +177,12 @@ fn first_sync(
 ) -> Result<()> {
     let ids = work.join("first-sync-ids.txt").display().to_string();
     let documents_arg = documents.to_string();
-    let phases: [&[&str]; 2] = [&["--seed", &documents_arg, "--ids", &ids], &["--find", &ids]];
+    let phases: [(Storage, &[&str]); 2] = [
+        (Storage::Fresh, &["--seed", &documents_arg, "--ids", &ids]),
+        (Storage::Kept, &["--find", &ids]),
+    ];
     let mut lines = Vec::new();
-    for (phase, args) in phases.into_iter().enumerate() {
-        let storage = if phase == 0 { Storage::Fresh } else { Storage::Kept };
+    for (storage, args) in phases {
         let bound = DocumentsPerConnection::AtMost(documents);
         let (running, _) = start(sh, server, cluster, work, storage, bound)?;
         let mut command = Command::new("node");
@@ -398,16 +400,12 @@ pub fn report(pairs: &[(usize, usize)], documents: usize, measured: &JsMeasured)
         for reason in &runs.failures {
             failures.push(format!("- first sync on {}: {reason}", server.name()));
         }
-        let (min, max) = range(&runs.documents_per_second);
-        first.row([
-            server.name().to_string(),
-            format!("{:.0}", median(&runs.documents_per_second)),
-            format!("{min:.0}"),
-            format!("{max:.0}"),
-            format!("{:.2}x", median(&runs.documents_per_second) / base),
-            runs.failed_seeds.to_string(),
-            runs.failed_finds.to_string(),
-        ]);
+        first.row(
+            [server.name().to_string()]
+                .into_iter()
+                .chain(rate_cells(&runs.documents_per_second, base))
+                .chain([runs.failed_seeds.to_string(), runs.failed_finds.to_string()]),
+        );
     }
     let _ = writeln!(text, "{first}");
     if !failures.is_empty() {

@@ -343,6 +343,19 @@ pub(super) fn samples(line: &str) -> Result<Vec<f64>> {
 }
 
 /// The lowest and highest value (NaN for none).
+/// A report's four cells for rates measured over the repeats (documents per second): the
+/// median, the lowest, the highest, and the median's ratio to `base`.
+pub(super) fn rate_cells(per_second: &[f64], base: f64) -> [String; 4] {
+    let (min, max) = range(per_second);
+    let median = median(per_second);
+    [
+        format!("{median:.0}"),
+        format!("{min:.0}"),
+        format!("{max:.0}"),
+        format!("{:.2}x", median / base),
+    ]
+}
+
 pub(super) fn range(values: &[f64]) -> (f64, f64) {
     (percentile(values, 0.0), percentile(values, 1.0))
 }
@@ -406,15 +419,8 @@ fn report(
     ]);
     let base = median(&filesystem.documents_per_second);
     for (backend, measured) in Backend::ALL.into_iter().zip(measured) {
-        let values = &measured.documents_per_second;
-        let (min, max) = range(values);
-        first.row([
-            backend.name().to_string(),
-            format!("{:.0}", median(values)),
-            format!("{min:.0}"),
-            format!("{max:.0}"),
-            format!("{:.2}x", median(values) / base),
-        ]);
+        let cells = rate_cells(&measured.documents_per_second, base);
+        first.row([backend.name().to_string()].into_iter().chain(cells));
     }
     let _ = writeln!(text, "{first}");
     let _ = writeln!(text, "## Change round trip\n");
