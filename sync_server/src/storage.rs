@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use samod::storage::{Storage, StorageKey};
+use tokio_postgres::types::ToSql;
 
 use crate::access::{Creators, BECOME, BECOME_SERVER};
 use crate::schema::Tables;
@@ -69,16 +70,13 @@ impl Statements {
                 "SELECT key, data FROM {chunks} \
                  WHERE key = $1 OR (key > $1 || '/' AND key < $1 || '0')"
             ),
-            // Re-putting the bytes a key holds leaves its merge state alone; new bytes
-            // under a key are merged again.
+            // A put records whether its bytes merged, so the same bytes put again are
+            // merged again (a no-op merge when they are in the document already).
             put: format!(
-                "INSERT INTO {chunks} AS c (key, document_id, data, pending) \
-                 VALUES ($1, $2, $3, $4) \
+                "INSERT INTO {chunks} (key, document_id, data, pending, refusal) \
+                 VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data, \
-                   pending = CASE WHEN c.data = EXCLUDED.data THEN c.pending \
-                                  ELSE EXCLUDED.pending END, \
-                   refusal = CASE WHEN c.data = EXCLUDED.data THEN c.refusal END, \
-                   updated_at = now()"
+                   pending = EXCLUDED.pending, refusal = EXCLUDED.refusal, updated_at = now()"
             ),
             delete: format!("DELETE FROM {chunks} WHERE key = $1"),
             lock_document: "SELECT pg_advisory_xact_lock(hashtextextended($1, 1853))".into(),
@@ -188,7 +186,7 @@ impl PostgresStorage {
 
     async fn try_load(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
         let client = self.pool.get().await?;
-        let row = client.query_opt(&self.sql.load, &[&key]).await?;
+        let row = client.query_opt(&client.prepare_cached(&self.sql.load).await?, &[&key]).await?;
         Ok(row.map(|row| row.get(0)))
     }
 
@@ -198,16 +196,19 @@ impl PostgresStorage {
     ) -> Result<HashMap<StorageKey, Vec<u8>>, StorageError> {
         let client = self.pool.get().await?;
         let rows = if prefix.is_empty() {
-            client.query(&self.sql.load_all, &[]).await?
+            client.query(&client.prepare_cached(&self.sql.load_all).await?, &[]).await?
         } else {
-            client.query(&self.sql.load_range, &[&prefix]).await?
+            client.query(&client.prepare_cached(&self.sql.load_range).await?, &[&prefix]).await?
         };
         let mut chunks: HashMap<StorageKey, Vec<u8>> = rows
             .into_iter()
             .filter_map(|row| Some((split(row.get(0))?, row.get::<_, Vec<u8>>(1))))
             .collect();
         if let Some(document) = prefix.strip_suffix("/snapshot") {
-            if let Some(row) = client.query_opt(&self.sql.row_snapshot, &[&document]).await? {
+            if let Some(row) = client
+                .query_opt(&client.prepare_cached(&self.sql.row_snapshot).await?, &[&document])
+                .await?
+            {
                 if let Some(key) = split(&format!("{prefix}/{ROW_SNAPSHOT}")) {
                     chunks.insert(key, row.get(0));
                 }
@@ -216,54 +217,85 @@ impl PostgresStorage {
         Ok(chunks)
     }
 
+    /// One put: a document chunk is merged into the document's row first and stored
+    /// with the outcome (merged, or pending with its refusal), then the document's other
+    /// pending chunks are tried again. The statements are prepared once per connection
+    /// and sent in pipelines: a change costs five round trips to Postgres, where one
+    /// per statement and its preparation cost eighteen.
     async fn try_put(&self, key: &StorageKey, data: &[u8]) -> Result<(), StorageError> {
         let (document, merged) = classify(key);
         let joined = joined(key);
         let mut client = self.pool.get().await?;
+        let put = client.prepare_cached(&self.sql.put).await?;
         let transaction = client.transaction().await?;
-        if let (Some(document), true) = (&document, merged) {
-            transaction.execute(&self.sql.lock_document, &[document]).await?;
+        let document = match document {
+            Some(document) if merged => document,
+            other => {
+                let params: [&(dyn ToSql + Sync); 5] =
+                    [&joined, &other, &data, &false, &None::<&str>];
+                transaction.execute(&put, &params).await?;
+                transaction.commit().await?;
+                return Ok(());
+            }
+        };
+        let lock = transaction.prepare_cached(&self.sql.lock_document).await?;
+        let lock_params: [&(dyn ToSql + Sync); 1] = [&document];
+        let (locked, outcome) = futures::join!(
+            transaction.execute(&lock, &lock_params),
+            self.merge_one(&transaction, &document, data)
+        );
+        locked?;
+        let refusal = outcome?.err();
+        let is_pending = refusal.is_some();
+        let params: [&(dyn ToSql + Sync); 5] = [&joined, &document, &data, &is_pending, &refusal];
+        let pending = transaction.prepare_cached(&self.sql.pending).await?;
+        let pending_params: [&(dyn ToSql + Sync); 1] = [&document];
+        let (stored, waiting) = futures::join!(
+            transaction.execute(&put, &params),
+            transaction.query(&pending, &pending_params)
+        );
+        stored?;
+        if let Some(refusal) = &refusal {
+            tracing::debug!(document, key = joined, %refusal, "chunk not merged (yet)");
         }
-        transaction.execute(&self.sql.put, &[&joined, &document, &data, &merged]).await?;
-        if let (Some(document), true) = (&document, merged) {
-            self.merge_pending(&transaction, document).await?;
-        }
+        // Pending chunks are tried again whenever a chunk of their document arrives: the
+        // row may have gained their dependencies (this chunk, or a write in SQL). A
+        // refused chunk is among them, as another may unblock it.
+        let waiting = waiting?.into_iter().map(|row| (row.get(0), row.get(1))).collect();
+        self.merge_pending(&transaction, &document, waiting).await?;
         transaction.commit().await?;
         Ok(())
     }
 
-    /// Merges the document's pending chunks into its row, each under a savepoint, until
-    /// a pass merges nothing more (a change may wait for a dependency later in the list).
+    /// Merges chunks that were waiting for a dependency into the document's row, each
+    /// under a savepoint, until a pass merges nothing more (a change may wait for one
+    /// later in the list); those still refused keep their latest refusal.
     async fn merge_pending(
         &self,
         transaction: &deadpool_postgres::Transaction<'_>,
         document: &str,
+        mut pending: Vec<(String, Vec<u8>)>,
     ) -> Result<(), StorageError> {
-        let mut pending: Vec<(String, Vec<u8>)> = transaction
-            .query(&self.sql.pending, &[&document])
-            .await?
-            .into_iter()
-            .map(|row| (row.get(0), row.get(1)))
-            .collect();
+        let merged = transaction.prepare_cached(&self.sql.merged).await?;
+        let refused = transaction.prepare_cached(&self.sql.refused).await?;
         loop {
             let mut refusals = Vec::new();
             let before = pending.len();
             for (key, data) in std::mem::take(&mut pending) {
-                match self.merge_one(transaction, document, &data).await {
+                match self.merge_one(transaction, document, &data).await? {
                     Ok(()) => {
-                        transaction.execute(&self.sql.merged, &[&key]).await?;
+                        transaction.execute(&merged, &[&key]).await?;
                     }
-                    Err(error) if error.as_db_error().is_some() => {
-                        refusals.push((key.clone(), describe(&error)));
+                    Err(refusal) => {
+                        refusals.push((key.clone(), refusal));
                         pending.push((key, data));
                     }
-                    Err(error) => return Err(error.into()),
                 }
             }
             if pending.is_empty() || pending.len() == before {
                 for (key, refusal) in refusals {
                     tracing::debug!(document, %key, %refusal, "chunk not merged (yet)");
-                    transaction.execute(&self.sql.refused, &[&key, &refusal]).await?;
+                    transaction.execute(&refused, &[&key, &refusal]).await?;
                 }
                 return Ok(());
             }
@@ -271,30 +303,36 @@ impl PostgresStorage {
     }
 
     /// One chunk into the document's row, under a savepoint: `doc || bytes`, or the
-    /// bytes as a new document when the row does not exist yet.
+    /// bytes as a new document when the row does not exist yet. The inner result is the
+    /// extension's refusal (its SQLSTATE and message), after which the row is as it was.
     async fn merge_one(
         &self,
         transaction: &deadpool_postgres::Transaction<'_>,
         document: &str,
         data: &[u8],
-    ) -> Result<(), tokio_postgres::Error> {
-        transaction.batch_execute("SAVEPOINT merge_chunk").await?;
+    ) -> Result<Result<(), String>, tokio_postgres::Error> {
+        let merge = transaction.prepare_cached(&self.sql.merge).await?;
+        let params: [&(dyn ToSql + Sync); 2] = [&document, &data];
+        let (savepoint, updated) = futures::join!(
+            transaction.batch_execute("SAVEPOINT merge_chunk"),
+            transaction.execute(&merge, &params)
+        );
+        savepoint?;
         let merged = async {
-            if transaction.execute(&self.sql.merge, &[&document, &data]).await? == 0
-                && self.insert(transaction, document, data).await? == 0
-            {
+            if updated? == 0 && self.insert(transaction, document, data).await? == 0 {
                 // Another writer inserted the row since the update: merge into it.
-                transaction.execute(&self.sql.merge, &[&document, &data]).await?;
+                transaction.execute(&merge, &params).await?;
             }
-            Ok(())
+            Ok::<(), tokio_postgres::Error>(())
         }
         .await;
         match merged {
-            Ok(()) => transaction.batch_execute("RELEASE SAVEPOINT merge_chunk").await,
-            Err(error) => {
+            Ok(()) => transaction.batch_execute("RELEASE SAVEPOINT merge_chunk").await.map(Ok),
+            Err(error) if error.as_db_error().is_some() => {
                 transaction.batch_execute("ROLLBACK TO SAVEPOINT merge_chunk").await?;
-                Err(error)
+                Ok(Err(describe(&error)))
             }
+            Err(error) => Err(error),
         }
     }
 
@@ -317,14 +355,16 @@ impl PostgresStorage {
 
     async fn try_delete(&self, key: &str) -> Result<(), StorageError> {
         let client = self.pool.get().await?;
-        client.execute(&self.sql.delete, &[&key]).await?;
+        client.execute(&client.prepare_cached(&self.sql.delete).await?, &[&key]).await?;
         Ok(())
     }
 
     /// The document's row as it is now (its save), when the row exists.
     pub async fn document(&self, document: &str) -> Result<Option<Vec<u8>>, StorageError> {
         let client = self.pool.get().await?;
-        let row = client.query_opt(&self.sql.row_snapshot, &[&document]).await?;
+        let row = client
+            .query_opt(&client.prepare_cached(&self.sql.row_snapshot).await?, &[&document])
+            .await?;
         Ok(row.map(|row| row.get(0)))
     }
 }
