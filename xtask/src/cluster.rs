@@ -120,6 +120,17 @@ impl Cluster {
     }
 
     /// The line a person types to connect.
+    /// The server's version for a report's provenance, saying so when the server was built
+    /// with assertions (`--enable-cassert`, as setup builds 17 and 18 for the tests): such a
+    /// server spends much of its time checking memory contexts, so figures measured on it
+    /// are not what a packaged server gives.
+    pub fn server_description(&self, database: &str) -> Result<String> {
+        let query = "SELECT current_setting('server_version') || CASE \
+                     WHEN current_setting('debug_assertions')::boolean \
+                     THEN ', built with assertions (--enable-cassert)' ELSE '' END;";
+        Ok(self.psql_session(database, query, &["-t", "-A"])?.text.trim().to_string())
+    }
+
     pub fn psql_line(&self, database: &str) -> String {
         format!("{} {}", self.psql_path().display(), self.connection_args(database).join(" "))
     }

@@ -41,7 +41,7 @@ pub(super) fn measure(
         start_with_samples(Cluster::new(sh, major, "bench")?, Fresh::Yes)
     })?;
     // Recorded before measuring: what was built and run, not what the tree became meanwhile.
-    let server_version = cluster.psql(DATABASE, "\\pset tuples_only on\nSELECT version();")?;
+    let server_version = cluster.server_description(DATABASE)?;
     let mut command = match quick {
         true => "cargo xtask bench --quick".to_string(),
         false => format!("cargo xtask bench --pg {} --scale {}", major.number(), scale.name()),
@@ -52,8 +52,7 @@ pub(super) fn measure(
     if let Some(filter) = filter {
         command += &format!(" --filter '{filter}'");
     }
-    let provenance =
-        Provenance::collect(sh, &command, &[("PostgreSQL", server_version.trim().to_string())])?;
+    let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version)])?;
     let criterion_dir = project_root().join("target/criterion");
     if criterion_dir.exists() {
         fs::remove_dir_all(&criterion_dir)?;

@@ -144,7 +144,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
         bail!("the sync benchmark needs Node.js for its automerge-repo clients and baseline");
     }
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
-    let server_version = cluster.psql_session(DATABASE, "SHOW server_version;", &["-t", "-A"])?;
+    let server_version = cluster.server_description(DATABASE)?;
     let command = format!(
         "cargo xtask bench --sync --pg {}{} --repeats {repeats}{}",
         major.number(),
@@ -155,7 +155,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
         sh,
         &command,
         &[
-            ("PostgreSQL", server_version.text.trim().to_string()),
+            ("PostgreSQL", server_version),
             ("samod", crate::provenance::locked_version(sh, "samod")?),
             ("@automerge/automerge-repo", "2.5.6 (examples/sync-client)".to_string()),
             ("Node.js", cmd!(sh, "node --version").quiet().read()?),
