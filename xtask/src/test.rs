@@ -83,7 +83,7 @@ impl TestFlags {
         // The snapshots step runs examples/node-client against the server too.
         if runs(TestStep::Node) || runs(TestStep::Estimate) || runs(TestStep::Snapshots) {
             step("Node.js client example: npm dependencies", || {
-                npm_dependencies(sh, "node-client")
+                npm_dependencies(sh, "examples/node-client")
             })?;
         }
         // The core tests wrote a sample of the values they accepted (issue 14).
