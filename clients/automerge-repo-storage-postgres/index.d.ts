@@ -1,4 +1,4 @@
-import type { Chunk, StorageAdapterInterface, StorageKey } from "@automerge/automerge-repo"
+import type { Chunk, Repo, StorageAdapterInterface, StorageKey } from "@automerge/automerge-repo"
 import type { Pool } from "pg"
 
 /** The names the SQL is written with: lower-case letters, digits and `_`. */
@@ -13,7 +13,7 @@ export interface Tables {
 
 /** What a failed attempt was, passed to `onRetry` before the adapter waits and tries again. */
 export interface RetryInfo {
-  operation: "schema creation" | "load" | "loadRange" | "save" | "remove" | "removeRange"
+  operation: "schema creation" | "load" | "loadRange" | "save" | "remove" | "removeRange" | "listen"
   /** The key (or prefix) with its parts joined by `/`. */
   key: string
   /** How long the adapter waits before the next attempt: 50 ms, doubling, at most 5 s. */
@@ -59,6 +59,12 @@ export declare class PostgresStorageAdapter implements StorageAdapterInterface {
   remove(key: StorageKey): Promise<void>
   loadRange(keyPrefix: StorageKey): Promise<Chunk[]>
   removeRange(keyPrefix: StorageKey): Promise<void>
-  /** Stops retrying (waiting operations reject) and ends the pool the adapter made. */
+  /**
+   * LISTENs on the documents table's channel and merges each written row into the
+   * document `repo` holds, unless it has the row's heads, so that SQL's writes and other
+   * servers' changes reach its clients. Returns a function that stops listening.
+   */
+  listen(repo: Repo): () => Promise<void>
+  /** Stops retrying (waiting operations reject), stops listening, ends the pool it made. */
   close(): Promise<void>
 }

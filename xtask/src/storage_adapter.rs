@@ -39,7 +39,7 @@ fn tests_beside_server(sh: &Shell, cluster: &Cluster) -> Result<Counts> {
     let _dir = sh.push_dir(PACKAGE);
     let ran = cmd!(
         sh,
-        "node --test --test-concurrency=1 --test-force-exit
+        "node --test --test-concurrency=1 --test-timeout=120000 --test-force-exit
               --test-reporter=spec --test-reporter-destination=stdout
               --test-reporter=tap --test-reporter-destination={report}"
     )

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises"
 
 import pg from "pg"
 
+import { listenForWrites } from "./listen.js"
 import { DEFAULT_TABLES, ensureSchema, identifier } from "./schema.js"
 
 export { DEFAULT_TABLES, identifier, schemaSql, SCHEMA_LOCK } from "./schema.js"
@@ -150,9 +151,7 @@ export class PostgresStorageAdapter {
   /** @param {string[]} key */
   async load(key) {
     const text = joined(key)
-    const { rows } = await this.#operation("load", text, () =>
-      this.#pool.query(this.#sql.load, [text]),
-    )
+    const { rows } = await this.#operation("load", text, () => this.#query(this.#sql.load, [text]))
     return rows.length ? bytes(rows[0].data) : undefined
   }
 
@@ -194,22 +193,59 @@ export class PostgresStorageAdapter {
   /** @param {string[]} key */
   async remove(key) {
     const text = joined(key)
-    await this.#operation("remove", text, () => this.#pool.query(this.#sql.delete, [text]))
+    await this.#operation("remove", text, () => this.#query(this.#sql.delete, [text]))
   }
 
   /** @param {string[]} keyPrefix */
   async removeRange(keyPrefix) {
     const prefix = keyPrefix.length ? joined(keyPrefix) : ""
     await this.#operation("removeRange", prefix, () =>
-      prefix
-        ? this.#pool.query(this.#sql.deleteRange, [prefix])
-        : this.#pool.query(this.#sql.deleteAll),
+      prefix ? this.#query(this.#sql.deleteRange, [prefix]) : this.#query(this.#sql.deleteAll),
     )
   }
 
   /**
-   * Stops retrying (operations still waiting reject) and, when the adapter made its
-   * pool, closes it; a second call waits for the first. Shut the repo down first:
+   * Hands the documents table's writes (SQL's, and other servers' merges) to the
+   * documents `repo` holds, which sync them to their clients: a LISTEN on the table's
+   * channel over a connection of the pool, connecting again after a second when it is
+   * lost. Returns a function that stops it; `close()` stops it too.
+   * @param {import("@automerge/automerge-repo").Repo} repo
+   * @returns {() => Promise<void>}
+   */
+  listen(repo) {
+    const stopping = new AbortController()
+    const listening = this.ready().then(() =>
+      listenForWrites(
+        {
+          connect: () => this.#pool.connect(),
+          channel: this.#tables.channel,
+          loadRow: documentId => this.#row(documentId),
+          onLost: (error, retryInMs) =>
+            this.#onRetry(error, { operation: "listen", key: this.#tables.channel, retryInMs }),
+          signal: AbortSignal.any([stopping.signal, this.#closing.signal]),
+        },
+        repo,
+      ),
+    )
+    // Its failure is the stop function's answer, never an unhandled rejection.
+    listening.catch(() => {})
+    return () => {
+      stopping.abort()
+      return listening
+    }
+  }
+
+  /** The document's row as it is now, when the row exists. */
+  async #row(documentId) {
+    const { rows } = await this.#operation("load", documentId, () =>
+      this.#query(this.#sql.rowSnapshot, [documentId]),
+    )
+    return rows.length ? bytes(rows[0].data) : undefined
+  }
+
+  /**
+   * Stops retrying (operations still waiting reject) and listening, and, when the
+   * adapter made its pool, closes it; a second call waits for the first. Shut the repo down first:
    * `await repo.shutdown()` saves what it holds.
    */
   close() {
@@ -248,8 +284,13 @@ export class PostgresStorageAdapter {
     }
   }
 
+  /** `work` on a connection of the pool; every statement runs through one. */
   async #withClient(work) {
     const client = await this.#pool.connect()
+    // A connection lost mid-statement fails the statement (which is retried) and emits
+    // "error", which would be uncaught on a connection out of the pool.
+    const lost = () => {}
+    client.on("error", lost)
     let failure
     try {
       return await work(client)
@@ -257,9 +298,15 @@ export class PostgresStorageAdapter {
       failure = error
       throw error
     } finally {
+      client.off("error", lost)
       // A connection that failed otherwise than by Postgres's answer is dropped.
       client.release(failure && !answeredByPostgres(failure) ? failure : undefined)
     }
+  }
+
+  /** One statement on a connection of the pool. */
+  #query(sql, parameters) {
+    return this.#withClient(client => client.query(sql, parameters))
   }
 
   async #transaction(work) {

@@ -1,15 +1,23 @@
 // The adapter on its own: refused chunks kept pending, removal, the documents row in a
-// load of snapshots, key and name checks, and retries while Postgres is unreachable.
+// load of snapshots, key and name checks, retries while Postgres is unreachable, and the
+// refusal of a server without pg_automerge.
 
 import assert from "node:assert/strict"
-import { createServer, connect } from "node:net"
 import { test } from "node:test"
 
 import * as A from "@automerge/automerge"
 import { generateAutomergeUrl, parseAutomergeUrl } from "@automerge/automerge-repo"
+import pg from "pg"
 
 import { PostgresStorageAdapter, ROW_SNAPSHOT } from "../src/index.js"
-import { DATABASE_URL, chunksOf, database, rowJson } from "./helpers.js"
+import {
+  DATABASE_URL,
+  chunksOf,
+  database,
+  databaseUrlThrough,
+  proxyToPostgres,
+  rowJson,
+} from "./helpers.js"
 
 const newDocumentId = () => parseAutomergeUrl(generateAutomergeUrl()).documentId
 const quiet = () => {}
@@ -124,30 +132,16 @@ test("remove, removeRange and a load of snapshots with the documents row", async
   )
 })
 
-/** A TCP proxy to Postgres on `port`, which refuses connections until it is started. */
-function proxyTo(target) {
-  const server = createServer(socket => {
-    const upstream = connect(Number(target.port), target.hostname)
-    socket.pipe(upstream).pipe(socket)
-    socket.on("error", () => upstream.destroy())
-    upstream.on("error", () => socket.destroy())
-  })
-  return server
-}
-
 test("a save waits, retrying with a growing backoff, until Postgres can be reached", async t => {
-  const target = new URL(DATABASE_URL)
-  const proxy = proxyTo(target)
+  const { proxy } = proxyToPostgres()
   // A free port that nothing listens on until the proxy starts there.
   await new Promise(resolve => proxy.listen(0, "127.0.0.1", resolve))
   const { port } = proxy.address()
   await new Promise(resolve => proxy.close(resolve))
-  const url = new URL(DATABASE_URL)
-  url.hostname = "127.0.0.1"
-  url.port = String(port)
+  const url = databaseUrlThrough(port)
   const waits = []
   const storage = new PostgresStorageAdapter({
-    connectionString: url.toString(),
+    connectionString: url,
     onRetry: (_error, { retryInMs }) => waits.push(retryInMs),
   })
   t.after(() => storage.close())
@@ -163,10 +157,34 @@ test("a save waits, retrying with a growing backoff, until Postgres can be reach
   await new Promise(resolve => proxy.close(resolve))
 
   // A closed adapter stops waiting: what was still retrying rejects.
-  const closed = new PostgresStorageAdapter({ connectionString: url.toString(), onRetry: quiet })
+  const closed = new PostgresStorageAdapter({ connectionString: url, onRetry: quiet })
   t.after(() => closed.close())
   const never = closed.load([id, "snapshot", "s1"])
   await new Promise(resolve => setTimeout(resolve, 100))
   await closed.close()
   await assert.rejects(never, /closed/)
+})
+
+test("without pg_automerge on the server, ready() and every operation refuse, saying so", async () => {
+  // A pool whose server has no pg_automerge: CREATE EXTENSION fails as Postgres fails it.
+  const missing = new pg.DatabaseError('extension "pg_automerge" is not available', 0, "error")
+  missing.code = "58P01"
+  const connection = {
+    async query(sql) {
+      if (sql.includes("CREATE EXTENSION")) throw missing
+      return { rows: [], rowCount: 0 }
+    },
+    release() {},
+    on() {},
+    off() {},
+  }
+  const retries = []
+  const storage = new PostgresStorageAdapter({
+    pool: { connect: async () => connection },
+    onRetry: error => retries.push(error),
+  })
+  await assert.rejects(storage.ready(), /pg_automerge is not installed on this PostgreSQL server/)
+  await assert.rejects(storage.save(["a", "snapshot", "b"], new Uint8Array([1])), /not installed/)
+  assert.deepEqual(retries, [], "a refusal is not retried")
+  await storage.close()
 })

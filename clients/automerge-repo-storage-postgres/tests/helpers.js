@@ -3,6 +3,7 @@
 // Each closes after its test, passed or failed, so that a failure does not keep the
 // test's process from exiting.
 
+import { connect, createServer } from "node:net"
 import { isDeepStrictEqual } from "node:util"
 
 import { Repo } from "@automerge/automerge-repo"
@@ -49,8 +50,9 @@ export async function eventually(what, probe, ms = CONVERGE_MS) {
 }
 
 /**
- * automerge-repo's Node sync server as an app keeps it, storing with the adapter: a Repo
- * with a NodeWSServerAdapter on a free loopback port, announcing nothing to peers.
+ * automerge-repo's Node sync server as an app keeps it, storing with the adapter and
+ * listening for the table's writes: a Repo with a NodeWSServerAdapter on a free loopback
+ * port, announcing nothing to peers.
  */
 export async function startJsServer(t, options = {}) {
   const sockets = new WebSocketServer({ host: "127.0.0.1", port: 0 })
@@ -63,7 +65,9 @@ export async function startJsServer(t, options = {}) {
     peerId: `js-server-${process.pid}-${Date.now()}`,
     sharePolicy: async () => false,
   })
+  const stopListening = storage.listen(repo)
   const stop = once(async () => {
+    await stopListening()
     await repo.shutdown()
     await storage.close()
     await new Promise(resolve => sockets.close(resolve))
@@ -80,8 +84,12 @@ export function client(t, url) {
   return { repo, shutdown }
 }
 
-/** `repo.find` once the server has the document (it may still be on its way there). */
+/**
+ * `repo.find` once the client is connected (a repo that asks before it is caches the
+ * answer "unavailable" for a while) and the server has the document.
+ */
 export async function find({ repo }, url) {
+  await eventually("the client connects", () => repo.peers.length > 0)
   let handle
   await eventually(`${url} found`, async () => {
     handle = await repo.find(url, { signal: AbortSignal.timeout(5000) })
@@ -125,4 +133,35 @@ export async function chunksOf(db, documentId, table = "automerge_repo_chunks") 
     [documentId],
   )
   return rows
+}
+
+/**
+ * A TCP proxy to the tests' Postgres, not listening yet: `proxy.listen(…)` starts it, and
+ * `cut()` drops every connection through it, as a network failure would.
+ */
+export function proxyToPostgres() {
+  const target = new URL(DATABASE_URL)
+  const sockets = new Set()
+  const proxy = createServer(socket => {
+    const upstream = connect(Number(target.port), target.hostname)
+    for (const end of [socket, upstream]) {
+      sockets.add(end)
+      end.on("close", () => sockets.delete(end))
+    }
+    socket.pipe(upstream).pipe(socket)
+    socket.on("error", () => upstream.destroy())
+    upstream.on("error", () => socket.destroy())
+  })
+  const cut = () => {
+    for (const socket of sockets) socket.destroy()
+  }
+  return { proxy, cut }
+}
+
+/** DATABASE_URL with its host and port replaced by the loopback port `port`. */
+export function databaseUrlThrough(port) {
+  const url = new URL(DATABASE_URL)
+  url.hostname = "127.0.0.1"
+  url.port = String(port)
+  return url.toString()
 }

@@ -25,7 +25,8 @@ test("a JS server stores its clients' documents, merged in their rows, and finds
     doc.tasks.push({ title: "Write the docs", done: false })
   })
   // The server announces nothing (sharePolicy false), so the editor, which asked for the
-  // document, holds both clients' edits.
+  // document once the server stored it, holds both clients' edits.
+  await rowBecomes(db, handle.documentId, handle.doc())
   const edited = await find(editor, handle.url)
   edited.change(doc => {
     doc.tasks.push({ title: "Ship it", done: false, points: 3 })

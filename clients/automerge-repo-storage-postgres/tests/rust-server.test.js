@@ -1,6 +1,6 @@
 // A JS server on the adapter and pg_automerge's Rust sync server sharing one database:
-// each one's clients read what the other's wrote, and concurrent writes through both
-// merge into one row.
+// each one's clients read what the other's wrote, concurrent writes through both merge
+// into one row, and with both listening, changes reach the other's clients live.
 
 import assert from "node:assert/strict"
 import { test } from "node:test"
@@ -49,8 +49,7 @@ test(
     })
     await Promise.all([jsWriter.shutdown(), rustReader.shutdown()])
 
-    // The JS server's repo holds the document as it loaded it: a restart loads the Rust
-    // server's write from the tables.
+    // A restarted JS server loads both writes from the tables.
     await server.stop()
     server = await startJsServer(t)
     const jsReader = client(t, server.url)
@@ -64,5 +63,39 @@ test(
     await rowBecomes(db, created.documentId, created.doc())
     const fromRust = await find(jsReader, created.url)
     assert.deepEqual(plain(fromRust.doc()), { title: "Written through the Rust server" })
+  },
+)
+
+test(
+  "a change through the Rust server, and a SQL write, reach a JS server's client live",
+  { skip },
+  async t => {
+    const db = await database(t)
+    const server = await startJsServer(t)
+    const created = client(t, server.url).repo.create({ title: "Live", count: 0 })
+    await rowBecomes(db, created.documentId, created.doc())
+    const jsReader = await find(client(t, server.url), created.url)
+    const rustWriter = await find(client(t, SYNC_SERVER_URL), created.url)
+
+    rustWriter.change(doc => {
+      doc.fromRust = "live"
+    })
+    await eventually("the Rust client's change reaches the JS client", () => {
+      return jsReader.doc().fromRust === "live" || JSON.stringify(jsReader.doc())
+    })
+    await db.query(
+      `UPDATE documents SET doc = automerge_set(doc, '{status}', '"done"') WHERE id = $1`,
+      [created.documentId],
+    )
+    await eventually("the SQL write reaches the JS client", () => {
+      return jsReader.doc().status === "done" || JSON.stringify(jsReader.doc())
+    })
+    jsReader.change(doc => {
+      doc.fromJs = "live"
+    })
+    await eventually("the JS client's change reaches the Rust client", () => {
+      return rustWriter.doc().fromJs === "live" || JSON.stringify(rustWriter.doc())
+    })
+    await rowBecomes(db, created.documentId, jsReader.doc())
   },
 )
