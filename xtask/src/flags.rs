@@ -70,7 +70,8 @@ pub enum TestStep {
     /// a bounded fuzzing run
     Fuzz,
     /// @automerge/automerge loads a sample of the values the core tests accepted, and makes
-    /// the diffs that automerge_diff is tested against
+    /// the diffs that automerge_diff is tested against; on PostgreSQL 17, the automerge-repo
+    /// storage adapter (clients/) beside a Rust sync server on its database
     Node,
     /// the load estimate against measured peaks, release build
     Estimate,

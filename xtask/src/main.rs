@@ -22,6 +22,7 @@ mod run;
 mod setup;
 mod side_by_side;
 mod soak;
+mod storage_adapter;
 mod sync;
 mod test;
 #[cfg(test)]

@@ -338,7 +338,7 @@ fn quiet_log(log: &Path) -> Result<Counts> {
 /// Every check of the sync step, against `database` of `cluster` (which has the
 /// extension installed): one pass or failure per check, and the samod tests' counts.
 pub fn checks(sh: &Shell, cluster: &Cluster, database: &str) -> Result<Counts> {
-    if !npm_dependencies(sh, "sync-client")? {
+    if !npm_dependencies(sh, "examples/sync-client")? {
         bail!("the sync step needs Node.js for its automerge-repo clients");
     }
     build_server(false)?;

@@ -1,9 +1,10 @@
 //! `cargo xtask test`: setup, the core crates' tests, then on each PostgreSQL major the
 //! extension's #[pg_test]s, the documentation's SQL examples, the cluster tests and the
-//! multi-cluster reliability step (`reliability.rs`); on PostgreSQL 17 all of it beside a
-//! cluster made as `run` makes its own, which must come through unharmed
-//! (`side_by_side.rs`). Prints summary lines per major and a closing `N passed, N failed`
-//! line.
+//! multi-cluster reliability step (`reliability.rs`), and on the sync server's major its
+//! checks and the automerge-repo storage adapter's (`storage_adapter.rs`); on PostgreSQL
+//! 17 all of it beside a cluster made as `run` makes its own, which must come through
+//! unharmed (`side_by_side.rs`). Prints summary lines per major and a closing
+//! `N passed, N failed` line.
 
 use std::process::Command;
 
@@ -27,6 +28,7 @@ use crate::reliability;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::side_by_side;
 use crate::soak::{remove_leftover_containers, run_label};
+use crate::storage_adapter;
 use crate::sync;
 use crate::util::{counted, note, npm_dependencies, step, Counts, Skippable};
 
@@ -36,7 +38,7 @@ impl TestFlags {
         let mut summary: Vec<String> = Vec::new();
         let mut total = Counts::default();
         let runs = |wanted: TestStep| self.only.is_empty() || self.only.contains(&wanted);
-        use TestStep::{Citus, Docs, Hostile, Reliability, SideBySide, Snapshots, Sync};
+        use TestStep::{Citus, Docs, Hostile, Node, Reliability, SideBySide, Snapshots, Sync};
 
         if runs(TestStep::Lints) {
             let lints = step("lints: clippy on every crate and target, warnings denied", || {
@@ -83,7 +85,7 @@ impl TestFlags {
         // The snapshots step runs examples/node-client against the server too.
         if runs(TestStep::Node) || runs(TestStep::Estimate) || runs(TestStep::Snapshots) {
             step("Node.js client example: npm dependencies", || {
-                npm_dependencies(sh, "node-client")
+                npm_dependencies(sh, "examples/node-client")
             })?;
         }
         // The core tests wrote a sample of the values they accepted (issue 14).
@@ -130,9 +132,11 @@ impl TestFlags {
                     step(&format!("{major}: extension tests"), || pgrx_tests(sh, major))?;
                 summary.push(format!("{major}: extension tests {extension}"));
                 total += extension;
-            } else if [Docs, Snapshots, Reliability, Hostile, Citus, SideBySide, Sync]
+            } else if [Docs, Snapshots, Reliability, Hostile, Citus, SideBySide, Sync, Node]
                 .into_iter()
-                .any(|wanted| runs(wanted) && (wanted != Sync || major == sync::MAJOR))
+                .any(|wanted| {
+                    runs(wanted) && (![Sync, Node].contains(&wanted) || major == sync::MAJOR)
+                })
             {
                 // The extension tests install the build the later steps use; without them,
                 // install it here.
@@ -193,6 +197,17 @@ impl TestFlags {
                 let synced = step(&format!("{major}: the sync server"), || sync_checks(sh, major))?;
                 summary.push(format!("{major}: sync server: {synced}"));
                 total += synced;
+            }
+            // The storage adapter's tests run a Rust sync server beside its JS one.
+            if major == sync::MAJOR && runs(TestStep::Node) {
+                let adapter =
+                    step(&format!("{major}: Node.js: the automerge-repo storage adapter"), || {
+                        storage_adapter::checks(sh, major)
+                    })?;
+                if let Some(adapter) = adapter {
+                    summary.push(format!("{major}: Node.js: storage adapter {adapter}"));
+                    total += adapter;
+                }
             }
             if let Some(beside) = beside {
                 let unharmed = step(

@@ -25,15 +25,15 @@ pub fn note(text: impl std::fmt::Display) {
     eprintln!("    {text}");
 }
 
-/// Installs `examples/{example}`'s npm dependencies as its package-lock.json pins them (a
-/// few seconds). Without Node.js it says so and returns false: what runs that example is
-/// skipped.
-pub fn npm_dependencies(sh: &Shell, example: &str) -> Result<bool> {
+/// Installs the npm dependencies of the package in `dir` (`examples/node-client`, relative
+/// to the project's root) as its package-lock.json pins them (a few seconds). Without
+/// Node.js it says so and returns false: what runs that package is skipped.
+pub fn npm_dependencies(sh: &Shell, dir: &str) -> Result<bool> {
     if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
-        note(format!("Node.js is not installed: examples/{example} is skipped"));
+        note(format!("Node.js is not installed: {dir} is skipped"));
         return Ok(false);
     }
-    let _dir = sh.push_dir(format!("examples/{example}"));
+    let _dir = sh.push_dir(dir);
     cmd!(sh, "npm ci --no-audit --no-fund --loglevel=error").quiet().run()?;
     Ok(true)
 }

@@ -51,7 +51,7 @@ pub fn measure_and_report(
     filter: Option<&str>,
 ) -> Result<usize> {
     // The benches measure documents that the JS client makes, with examples/node-client.
-    npm_dependencies(sh, "node-client")?;
+    npm_dependencies(sh, "examples/node-client")?;
     let results = measure::measure(sh, major, scale, jobs, filter)?;
     let dir = if results.quick {
         project_root().join("target/bench-quick")

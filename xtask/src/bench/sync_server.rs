@@ -140,7 +140,7 @@ pub fn run(sh: &Shell, major: PgMajor, quick: bool, repeats: usize, profile: boo
         build_server(true)?;
         cargo(&["build", "--release", "-p", "sync_server", "--example", "sync_bench"])
     })?;
-    if !npm_dependencies(sh, "sync-client")? {
+    if !npm_dependencies(sh, "examples/sync-client")? {
         bail!("the sync benchmark needs Node.js for its automerge-repo clients and baseline");
     }
     let cluster = start_with_samples(Cluster::new(sh, major, "bench-sync")?, Fresh::Yes)?;
