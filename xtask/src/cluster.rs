@@ -119,7 +119,6 @@ impl Cluster {
         self.start_after_crash()
     }
 
-    /// The line a person types to connect.
     /// The server's version for a report's provenance, saying so when the server was built
     /// with assertions (`--enable-cassert`, as setup builds 17 and 18 for the tests): such a
     /// server spends much of its time checking memory contexts, so figures measured on it
@@ -131,6 +130,7 @@ impl Cluster {
         Ok(self.psql_session(database, query, &["-t", "-A"])?.text.trim().to_string())
     }
 
+    /// The line a person types to connect.
     pub fn psql_line(&self, database: &str) -> String {
         format!("{} {}", self.psql_path().display(), self.connection_args(database).join(" "))
     }
