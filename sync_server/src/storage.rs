@@ -262,19 +262,22 @@ impl PostgresStorage {
         // row may have gained their dependencies (this chunk, or a write in SQL). A
         // refused chunk is among them, as another may unblock it.
         let waiting = waiting?.into_iter().map(|row| (row.get(0), row.get(1))).collect();
-        self.merge_pending(&transaction, &document, waiting).await?;
+        let just_refused = refusal.is_some().then_some(joined.as_str());
+        self.merge_pending(&transaction, &document, waiting, just_refused).await?;
         transaction.commit().await?;
         Ok(())
     }
 
     /// Merges chunks that were waiting for a dependency into the document's row, each
     /// under a savepoint, until a pass merges nothing more (a change may wait for one
-    /// later in the list); those still refused keep their latest refusal.
+    /// later in the list); those still refused keep their latest refusal. The chunk
+    /// `just_refused` (by the same row) is not tried again until another one merges.
     async fn merge_pending(
         &self,
         transaction: &deadpool_postgres::Transaction<'_>,
         document: &str,
         mut pending: Vec<(String, Vec<u8>)>,
+        mut just_refused: Option<&str>,
     ) -> Result<(), StorageError> {
         let merged = transaction.prepare_cached(&self.sql.merged).await?;
         let refused = transaction.prepare_cached(&self.sql.refused).await?;
@@ -282,6 +285,10 @@ impl PostgresStorage {
             let mut refusals = Vec::new();
             let before = pending.len();
             for (key, data) in std::mem::take(&mut pending) {
+                if just_refused == Some(key.as_str()) {
+                    pending.push((key, data));
+                    continue;
+                }
                 match self.merge_one(transaction, document, &data).await? {
                     Ok(()) => {
                         transaction.execute(&merged, &[&key]).await?;
@@ -292,6 +299,7 @@ impl PostgresStorage {
                     }
                 }
             }
+            just_refused = None;
             if pending.is_empty() || pending.len() == before {
                 for (key, refusal) in refusals {
                     tracing::debug!(document, %key, %refusal, "chunk not merged (yet)");

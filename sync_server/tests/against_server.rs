@@ -248,11 +248,8 @@ fn travels_by_sync(honest: &Automerge, bad: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
-/// A chunk the extension refuses, put straight into the storage: kept as the repo put
-/// it, pending with its refusal, and the document's row untouched.
-#[tokio::test]
-async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
-    let db = database("SYNC_DATABASE_URL").await;
+/// The server's storage on `SYNC_DATABASE_URL`'s tables, to put chunks straight into.
+fn storage_on_test_database() -> PostgresStorage {
     let config: tokio_postgres::Config = env("SYNC_DATABASE_URL").parse().unwrap();
     let manager = deadpool_postgres::Manager::new(config, NoTls);
     let pool = deadpool_postgres::Pool::builder(manager).max_size(2).build().unwrap();
@@ -261,7 +258,48 @@ async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
         chunks: "automerge_repo_chunks".into(),
         channel: "automerge_repo_documents".into(),
     };
-    let storage = PostgresStorage::new(pool, &tables, Default::default());
+    PostgresStorage::new(pool, &tables, Default::default())
+}
+
+/// A change put before the one it depends on stays pending, and both are merged into
+/// the row when the dependency arrives.
+#[tokio::test]
+async fn a_change_put_before_its_dependency_merges_when_it_arrives() {
+    let db = database("SYNC_DATABASE_URL").await;
+    let storage = storage_on_test_database();
+    let id = "out-of-order-document";
+    let mut doc = AutoCommit::new();
+    doc.put(ROOT, "state", "first").unwrap();
+    storage.put(StorageKey::from_parts([id, "snapshot", "1"]).unwrap(), doc.save()).await;
+    let mut change = |key: &str, value: &str| {
+        doc.put(ROOT, key, value).unwrap();
+        doc.commit();
+        doc.get_last_local_change().unwrap().raw_bytes().to_vec()
+    };
+    let (dependency, dependent) = (change("a", "1"), change("b", "2"));
+
+    storage.put(StorageKey::from_parts([id, "incremental", "b"]).unwrap(), dependent).await;
+    let pending = "SELECT key FROM automerge_repo_chunks WHERE document_id = $1 AND pending";
+    let waiting: Vec<String> =
+        db.query(pending, &[&id]).await.unwrap().iter().map(|row| row.get(0)).collect();
+    assert_eq!(waiting, [format!("{id}/incremental/b")]);
+    assert_eq!(row_field(&db, id, "b").await, None);
+
+    storage.put(StorageKey::from_parts([id, "incremental", "a"]).unwrap(), dependency).await;
+    assert!(db.query(pending, &[&id]).await.unwrap().is_empty());
+    assert_eq!(row_field(&db, id, "a").await.as_deref(), Some("1"));
+    assert_eq!(row_field(&db, id, "b").await.as_deref(), Some("2"));
+    assert!(row_loads(&db, id).await);
+    db.execute("DELETE FROM automerge_repo_chunks WHERE document_id = $1", &[&id]).await.unwrap();
+    db.execute("DELETE FROM documents WHERE id = $1", &[&id]).await.unwrap();
+}
+
+/// A chunk the extension refuses, put straight into the storage: kept as the repo put
+/// it, pending with its refusal, and the document's row untouched.
+#[tokio::test]
+async fn refused_chunks_stay_pending_beside_an_unharmed_document() {
+    let db = database("SYNC_DATABASE_URL").await;
+    let storage = storage_on_test_database();
 
     let mut doc = AutoCommit::new();
     doc.put(ROOT, "state", "good").unwrap();
