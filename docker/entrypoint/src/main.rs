@@ -117,8 +117,9 @@ fn initialise(pgdata: &Path) -> Result<(), String> {
     }
     append(&pgdata.join("pg_hba.conf"), "\n# pg_automerge image: clients of a mapped port come from the bridge.\nhost all all all scram-sha-256\n")?;
     append(&pgdata.join("postgresql.conf"), &format!("\ninclude '{SETTINGS}'\n"))?;
+    // initdb makes `postgres` whoever the superuser is; any other database is ours to make.
     if let Some(database) =
-        std::env::var("POSTGRES_DB").ok().filter(|db| !db.is_empty() && *db != user)
+        std::env::var("POSTGRES_DB").ok().filter(|db| !db.is_empty() && db != "postgres")
     {
         create_database(pgdata, &user, &database)?;
     }
