@@ -6,7 +6,9 @@
 //! - when PGDATA holds no cluster, it runs `initdb` with the superuser `POSTGRES_USER`
 //!   (default `postgres`) and password `POSTGRES_PASSWORD` (required), lets every host in
 //!   with a password (clients of a mapped port come from the bridge's address), includes
-//!   the image's settings, and creates `POSTGRES_DB` if it is given;
+//!   the image's settings, runs the background compactor in `POSTGRES_DB` (default
+//!   `postgres`) unless `PG_AUTOMERGE_COMPACTOR=off`, and creates `POSTGRES_DB` if it is
+//!   given;
 //! - then it replaces itself with `postgres -D PGDATA` and the arguments it was given
 //!   (`postgres -c work_mem=64MB`, say); any other command runs as given.
 
@@ -22,6 +24,9 @@ use std::process::{exit, Command, Stdio};
 const SETTINGS: &str = "/etc/pg_automerge/pg_automerge.conf";
 const SOCKET_DIR: &str = "/var/run/postgresql";
 const DEFAULT_PGDATA: &str = "/var/lib/postgresql/data";
+/// `off` initialises a cluster with no background compactor; by default it works in
+/// POSTGRES_DB, the database a new user is given.
+const COMPACTOR_ENV: &str = "PG_AUTOMERGE_COMPACTOR";
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -89,6 +94,8 @@ fn initialise(pgdata: &Path) -> Result<(), String> {
     if password.is_empty() {
         return Err("PGDATA holds no cluster and POSTGRES_PASSWORD is not set: set it (`docker run -e POSTGRES_PASSWORD=…`) to initialise one".into());
     }
+    // Read before initdb: a cluster left half made would be started as it is next time.
+    let compactor = compactor_on(&std::env::var(COMPACTOR_ENV).unwrap_or_default())?;
     let user = std::env::var("POSTGRES_USER")
         .ok()
         .filter(|u| !u.is_empty())
@@ -117,13 +124,42 @@ fn initialise(pgdata: &Path) -> Result<(), String> {
     }
     append(&pgdata.join("pg_hba.conf"), "\n# pg_automerge image: clients of a mapped port come from the bridge.\nhost all all all scram-sha-256\n")?;
     append(&pgdata.join("postgresql.conf"), &format!("\ninclude '{SETTINGS}'\n"))?;
+    let database = std::env::var("POSTGRES_DB")
+        .ok()
+        .filter(|db| !db.is_empty())
+        .unwrap_or_else(|| "postgres".into());
+    if compactor {
+        // In postgresql.conf rather than on postgres's command line, so that `-c` and
+        // ALTER SYSTEM still override it.
+        append(&pgdata.join("postgresql.conf"), &compactor_setting(&database))?;
+    }
     // initdb makes `postgres` whoever the superuser is; any other database is ours to make.
-    if let Some(database) =
-        std::env::var("POSTGRES_DB").ok().filter(|db| !db.is_empty() && db != "postgres")
-    {
+    if database != "postgres" {
         create_database(pgdata, &user, &database)?;
     }
     Ok(())
+}
+
+/// Whether `PG_AUTOMERGE_COMPACTOR`'s value (empty when unset) leaves the compactor on.
+fn compactor_on(value: &str) -> Result<bool, String> {
+    match value {
+        "" | "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{COMPACTOR_ENV} is `on` (the default) or `off`, not `{other}`")),
+    }
+}
+
+/// The postgresql.conf lines that run the background compactor in `database`.
+fn compactor_setting(database: &str) -> String {
+    let quoted = database
+        .replace('\\', "\\\\")
+        .replace('\'', "''")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r");
+    format!(
+        "\n# pg_automerge image: the background compactor in POSTGRES_DB ({COMPACTOR_ENV}=off at\n\
+         # initialisation leaves this line out).\npg_automerge.compactor_database = '{quoted}'\n"
+    )
 }
 
 /// Creates a database with the single-user server, before the real one accepts clients.
@@ -206,5 +242,21 @@ mod tests {
         );
         assert_eq!(shown(server_command(&args(&["psql", "-V"]), pgdata)), args(&["psql", "-V"]));
         assert!(!runs_postgres(&args(&["bash"])));
+    }
+
+    #[test]
+    fn the_compactor_is_on_unless_turned_off() {
+        assert_eq!(compactor_on(""), Ok(true));
+        assert_eq!(compactor_on("on"), Ok(true));
+        assert_eq!(compactor_on("off"), Ok(false));
+        assert!(compactor_on("no").unwrap_err().contains("PG_AUTOMERGE_COMPACTOR"));
+    }
+
+    #[test]
+    fn quotes_the_database_as_postgresql_conf_reads_it() {
+        let line = |database| compactor_setting(database).lines().last().unwrap().to_string();
+        assert_eq!(line("app"), "pg_automerge.compactor_database = 'app'");
+        assert_eq!(line("it's a\\b"), r"pg_automerge.compactor_database = 'it''s a\\b'");
+        assert_eq!(line("two\nlines"), r"pg_automerge.compactor_database = 'two\nlines'");
     }
 }
