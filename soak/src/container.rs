@@ -42,6 +42,12 @@ pub struct Server {
 
 impl Server {
     pub async fn start(options: &ServerOptions) -> Result<Server> {
+        Server::start_with_env(options, &[]).await
+    }
+
+    /// [`Server::start`], with more environment variables for the image's entrypoint
+    /// (`PG_AUTOMERGE_COMPACTOR=off`, say).
+    pub async fn start_with_env(options: &ServerOptions, env: &[(&str, &str)]) -> Result<Server> {
         let (name, tag) = options.image.split_once(':').unwrap_or((&options.image, "latest"));
         let mut command = vec!["postgres".to_string()];
         for (name, value) in &options.settings {
@@ -49,14 +55,17 @@ impl Server {
             command.push(format!("{name}={value}"));
         }
         let memory = options.memory_bytes.map(|bytes| bytes as i64);
-        let container = GenericImage::new(name, tag)
+        let image = GenericImage::new(name, tag)
             .with_exposed_port(5432.tcp())
             .with_wait_for(WaitFor::message_on_stderr(
                 "database system is ready to accept connections",
             ))
             .with_label(RUN_LABEL, options.run.clone())
             .with_env_var("POSTGRES_PASSWORD", PASSWORD)
-            .with_env_var("POSTGRES_DB", DATABASE)
+            .with_env_var("POSTGRES_DB", DATABASE);
+        let container = env
+            .iter()
+            .fold(image, |image, (name, value)| image.with_env_var(*name, *value))
             .with_cmd(command)
             .with_startup_timeout(Duration::from_secs(120))
             .with_host_config_modifier(move |host| {

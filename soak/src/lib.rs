@@ -75,17 +75,16 @@ pub async fn run(config: Config) -> Result<Outcome> {
     let server = container::Server::start(&container::ServerOptions {
         image: config.image.clone(),
         memory_bytes: Some(config.memory_bytes),
-        settings: [
+        // The image runs the compactor in the soak's database unless told otherwise: an
+        // empty database runs none.
+        settings: vec![
             ("pg_automerge.trim_threshold".into(), config.trim_threshold.clone()),
             ("pg_automerge.max_load_memory".into(), config.max_load_memory.clone()),
-        ]
-        .into_iter()
-        .chain(
-            config
-                .compactor
-                .then(|| ("pg_automerge.compactor_database".into(), container::DATABASE.into())),
-        )
-        .collect(),
+            (
+                "pg_automerge.compactor_database".into(),
+                if config.compactor { container::DATABASE.into() } else { String::new() },
+            ),
+        ],
         run: config.run.clone(),
     })
     .await?;
