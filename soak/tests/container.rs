@@ -1,5 +1,6 @@
-//! The Docker images under testcontainers: the extension's serves the extension built
-//! against our PostgreSQL 17 headers on the base's own 17.x, with the image's settings,
+//! The Docker images under testcontainers: each major's image serves that major with the
+//! extension preloaded; the 17 image serves the extension on the base's own 17.x, with the
+//! image's settings,
 //! password logins from the bridge, writes, reads and notifications; a short soak keeps
 //! every invariant; and the sync server's image syncs a client's document into the
 //! extension's. `cargo xtask test` builds the images and names them in PG_AUTOMERGE_IMAGE
@@ -10,29 +11,19 @@ use std::time::Duration;
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ReadDoc, ROOT};
 use futures_util::StreamExt;
-use soak::container::{Server, ServerOptions, HOST_GATEWAY, RUN_LABEL};
+use soak::container::{
+    image_named_in, test_run, Server, ServerOptions, HOST_GATEWAY, IMAGE_ENV, RUN_LABEL,
+};
 use testcontainers::core::{Host, IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::{AsyncMessage, NoTls};
 
-const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
 const SYNC_SERVER_IMAGE_ENV: &str = "PG_AUTOMERGE_SYNC_SERVER_IMAGE";
-/// The run label of these tests' containers: `cargo xtask test` names one of its own in
-/// this variable, by which it removes the containers this run leaves behind and no other.
-const RUN_ENV: &str = "PG_AUTOMERGE_RUN";
+/// Every major's image, as `major=image` pairs separated by commas.
+const IMAGES_ENV: &str = "PG_AUTOMERGE_IMAGES";
 const MEMORY_LIMIT: u64 = 1 << 30;
-
-fn test_run() -> String {
-    std::env::var(RUN_ENV).unwrap_or_else(|_| format!("container-tests.{}", std::process::id()))
-}
-
-fn image_named_in(variable: &str) -> String {
-    std::env::var(variable).unwrap_or_else(|_| {
-        panic!("{variable} is not set: `cargo xtask test` builds the images and runs these tests")
-    })
-}
 
 fn image() -> String {
     image_named_in(IMAGE_ENV)
@@ -82,6 +73,57 @@ async fn the_image_serves_the_extension_with_its_settings() {
     let refused =
         tokio_postgres::connect(&wrong, NoTls).await.err().expect("a wrong password is refused");
     assert_eq!(refused.as_db_error().map(|e| e.code().code()), Some("28P01"));
+}
+
+/// `15=pg_automerge:pg15-debug,17=…`: the image of every major, from PG_AUTOMERGE_IMAGES.
+fn images_by_major() -> Vec<(String, String)> {
+    image_named_in(IMAGES_ENV)
+        .split(',')
+        .map(|pair| {
+            let (major, image) = pair.split_once('=').expect("major=image pairs");
+            (major.to_string(), image.to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_majors_image_serves_its_major_with_the_extension_preloaded() {
+    let samples = fixtures::samples();
+    let project = samples.iter().find(|s| s.name == "project").unwrap();
+    let title = project.doc.get(ROOT, "title").unwrap().unwrap().0.to_string();
+    for (major, image) in images_by_major() {
+        let server = Server::start(&ServerOptions {
+            image: image.clone(),
+            memory_bytes: Some(MEMORY_LIMIT),
+            settings: Vec::new(),
+            run: test_run(),
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{image} starts: {err:#}"));
+        let client = server.connect().await.unwrap();
+        let version: String = client.query_one("SHOW server_version", &[]).await.unwrap().get(0);
+        assert!(version.starts_with(&format!("{major}.")), "{image} runs {version}");
+        let preloaded: String =
+            client.query_one("SHOW shared_preload_libraries", &[]).await.unwrap().get(0);
+        assert_eq!(preloaded, "pg_automerge", "{image}");
+        client
+            .batch_execute(
+                "CREATE EXTENSION pg_automerge;
+                 CREATE TABLE notes (id int PRIMARY KEY, doc automerge NOT NULL);",
+            )
+            .await
+            .unwrap();
+        client
+            .execute("INSERT INTO notes VALUES (1, $1::bytea::automerge)", &[&project.doc.save()])
+            .await
+            .unwrap();
+        let stored: String = client
+            .query_one("SELECT doc->>'title' FROM notes WHERE id = 1", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(format!("{stored:?}"), title, "{image} reads the title it stored");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

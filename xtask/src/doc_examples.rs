@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use cluster_tests::server::Server;
+
 use crate::cluster::Cluster;
 use crate::project_root;
 use crate::run::DATABASE;
@@ -49,7 +51,7 @@ pub fn check_all(cluster: &Cluster) -> Result<Counts> {
 
 const MARKER: &str = "@@ pg_automerge example @@";
 
-pub fn check_file(cluster: &Cluster, file: &Path, database: &str) -> Result<Counts> {
+pub fn check_file(server: &Server, file: &Path, database: &str) -> Result<Counts> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let examples = parse(&text);
@@ -58,7 +60,7 @@ pub fn check_file(cluster: &Cluster, file: &Path, database: &str) -> Result<Coun
     }
     let script: String =
         examples.iter().map(|e| format!("\\echo '{MARKER}'\n{}\n", e.sql)).collect();
-    let session = cluster.psql_session(database, &script, &[])?;
+    let session = server.psql_session(database, &script, &[])?;
     let separator = format!("{MARKER}\n");
     let mut outputs = session.text.split(&separator).skip(1);
     let name = file.strip_prefix(project_root()).unwrap_or(file).display().to_string();

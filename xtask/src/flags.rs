@@ -31,10 +31,13 @@ pub enum Verb {
     /// Run the mutation fuzzer over the core crate's byte inputs and write
     /// results/fuzz-<date>-<commit>.md.
     Fuzz(FuzzFlags),
-    /// Build the Docker image (docker/Dockerfile) with the extension, on a public PostgreSQL
-    /// image or on a Debian base made here with debootstrap; or, with --sync-server, the
-    /// sync server's image.
+    /// Build the Docker images (docker/Dockerfile), one per PostgreSQL major, each installing
+    /// the extension's package on a public PostgreSQL image or on a Debian base made here
+    /// with debootstrap; or, with --sync-server, the sync server's image.
     Image(ImageFlags),
+    /// Make the Debian packages: the extension's for each PostgreSQL major
+    /// (postgresql-<major>-pg-automerge) and the sync server's, into target/packages.
+    Package(PackageFlags),
     /// Run the long mixed load against the Docker image and write a report under results/.
     Soak(SoakFlags),
     /// Run the soak's mix briefly against one node and against a Citus coordinator with two
@@ -211,8 +214,13 @@ pub const DEBOOTSTRAP_BASE: &str = "debootstrap";
 
 #[derive(Args, Debug)]
 pub struct ImageFlags {
-    /// The image to build on: `debootstrap` (a Debian base made here, no registry needed) or
-    /// a Debian-layout PostgreSQL 17 image such as the official `postgres:17`.
+    /// Which PostgreSQL majors to build images for (`pg_automerge:pg<major>`): 15, 17, 18
+    /// or all.
+    #[arg(long, default_value_t = PgChoice::ALL)]
+    pub pg: PgChoice,
+    /// The image to build on: `debootstrap` (a Debian base made here for each major, no
+    /// registry needed) or, with one --pg, a Debian-layout PostgreSQL image of that major
+    /// such as the official `postgres:17`.
     #[arg(long, default_value = DEBOOTSTRAP_BASE)]
     pub base: String,
     /// Package the extension (or, with --sync-server, the server) in the debug profile (what
@@ -223,6 +231,19 @@ pub struct ImageFlags {
     /// extension's.
     #[arg(long)]
     pub sync_server: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PackageFlags {
+    /// Which PostgreSQL majors to package the extension for: 15, 17, 18 or all.
+    #[arg(long, default_value_t = PgChoice::ALL)]
+    pub pg: PgChoice,
+    /// Build in the debug profile (what `cargo xtask test` installs) instead of release.
+    #[arg(long)]
+    pub debug: bool,
+    /// Where to put the packages (default: target/packages).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// `soak --max-load-memory` when not given: the extension's default.

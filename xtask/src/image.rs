@@ -1,6 +1,8 @@
-//! `cargo xtask image`: the pg_automerge Docker image (docker/Dockerfile), built on a public
-//! PostgreSQL image or, where no registry is reachable, on a Debian base made here with
-//! debootstrap. Also starts the Docker engine when it is missing, for `test` and `soak`.
+//! `cargo xtask image`: the pg_automerge Docker images (docker/Dockerfile), one per
+//! PostgreSQL major, each installing the extension's Debian package on a public PostgreSQL
+//! image or, where no registry is reachable, on a Debian base made here with debootstrap
+//! (the Debian release that packages that major). Also starts the Docker engine when it is
+//! missing, for `test` and `soak`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,17 +14,15 @@ use xshell::{cmd, Shell};
 
 use crate::debian_source::mirror;
 use crate::flags::{ImageFlags, DEBOOTSTRAP_BASE};
-use crate::install;
+use crate::package;
 use crate::postgres::{cache_dir, is_root, PgMajor};
 use crate::sync;
 use crate::util::{note, step, Skippable};
 use crate::{cargo_target_dir, project_root};
 
-/// The major the image ships: the Debian base's packages and the headers we build against.
+/// The major of the image the soak and the container tests run, and whose Debian base the
+/// sync server's image is built on.
 pub const IMAGE_MAJOR: PgMajor = PgMajor::Pg17;
-/// The Debian base's tag; kept between runs, so it is made once per machine.
-const DEBIAN_BASE_TAG: &str = "pg_automerge-base:trixie-postgresql-17";
-const DEBIAN_SUITE: &str = "trixie";
 const DOCKERD_LOG: &str = "/var/log/pg_automerge-dockerd.log";
 const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
@@ -38,32 +38,50 @@ impl ImageFlags {
             );
             return Ok(());
         }
-        let tag = build(sh, &self.base, self.debug)?;
-        println!(
-            "built {tag}; run it with: docker run -d -p 5432:5432 -e POSTGRES_PASSWORD=… {tag}"
-        );
+        if self.base != DEBOOTSTRAP_BASE && self.pg.majors().len() > 1 {
+            bail!("--base {} is an image of one major: name that major with --pg", self.base);
+        }
+        for major in self.pg.majors() {
+            let tag = build(sh, major, &self.base, self.debug)?;
+            println!(
+                "built {tag}; run it with: docker run -d -p 5432:5432 -e POSTGRES_PASSWORD=… {tag}"
+            );
+        }
         Ok(())
     }
 }
 
-/// The image's tag for a build profile.
-pub fn tag(debug: bool) -> String {
-    format!("pg_automerge:pg{}{}", IMAGE_MAJOR.number(), if debug { "-debug" } else { "" })
+/// The image's tag for a major and build profile.
+pub fn tag(major: PgMajor, debug: bool) -> String {
+    format!("pg_automerge:pg{}{}", major.number(), if debug { "-debug" } else { "" })
 }
 
-/// Builds the image on `base` with the extension in the debug or release profile; returns
-/// its tag.
-pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
-    let base = base_image(sh, base)?;
+/// Builds `major`'s image on `base` with the extension in the debug or release profile;
+/// returns its tag.
+pub fn build(sh: &Shell, major: PgMajor, base: &str, debug: bool) -> Result<String> {
     let profile = if debug { "debug" } else { "release" };
-    let context = step(&format!("package the extension and the entrypoint ({profile})"), || {
-        build_context(sh, debug)
+    let out = project_root().join(format!("target/docker/deb-{}-{profile}", major.pgrx_name()));
+    let deb = step(&format!("{major}: the extension's package ({profile})"), || {
+        package::extension_deb(sh, &project_root(), &cargo_target_dir(), major, !debug, &out)
     })?;
-    let tag = tag(debug);
+    build_with_package(sh, major, base, debug, &deb)
+}
+
+/// [`build`] with the extension's package `deb` of that profile, already made.
+pub fn build_with_package(
+    sh: &Shell,
+    major: PgMajor,
+    base: &str,
+    debug: bool,
+    deb: &Path,
+) -> Result<String> {
+    let base = base_image(sh, major, base)?;
+    let context = build_context(sh, major, debug, deb)?;
+    let tag = tag(major, debug);
     step(&format!("docker build {tag} on {base}"), || {
         let dockerfile = project_root().join("docker/Dockerfile");
         let base_arg = format!("BASE={base}");
-        let major_arg = format!("PG_MAJOR={}", IMAGE_MAJOR.number());
+        let major_arg = format!("PG_MAJOR={}", major.number());
         cmd!(sh, "docker build --quiet -f {dockerfile} --build-arg {base_arg} --build-arg {major_arg} -t {tag} {context}")
             .quiet()
             .ignore_stdout()
@@ -73,10 +91,10 @@ pub fn build(sh: &Shell, base: &str, debug: bool) -> Result<String> {
     Ok(tag)
 }
 
-/// `base` as given, or the Debian base made with debootstrap when it names that.
-fn base_image(sh: &Shell, base: &str) -> Result<String> {
+/// `base` as given, or `major`'s Debian base made with debootstrap when it names that.
+fn base_image(sh: &Shell, major: PgMajor, base: &str) -> Result<String> {
     if base == DEBOOTSTRAP_BASE {
-        step("Debian base image", || debian_base(sh))
+        step(&format!("{major}: Debian base image"), || debian_base(sh, major))
     } else {
         Ok(base.to_string())
     }
@@ -90,7 +108,7 @@ fn sync_server_tag(debug: bool) -> String {
 /// Builds the sync server's image (docker/sync-server.Dockerfile) with its debug or release
 /// binary on `base` (the debootstrap Debian base by default); returns its tag.
 pub fn build_sync_server(sh: &Shell, base: &str, debug: bool) -> Result<String> {
-    let base = base_image(sh, base)?;
+    let base = base_image(sh, IMAGE_MAJOR, base)?;
     let profile = if debug { "debug" } else { "release" };
     step(&format!("build the sync server ({profile})"), || sync::build_server(!debug))?;
     let context = project_root().join(format!("target/docker/context-sync-server-{profile}"));
@@ -176,16 +194,27 @@ fn server_version(sh: &Shell) -> String {
     cmd!(sh, "docker version --format {format}").quiet().read().unwrap_or_default()
 }
 
-fn image_exists(sh: &Shell, tag: &str) -> bool {
+pub fn image_exists(sh: &Shell, tag: &str) -> bool {
     cmd!(sh, "docker image inspect {tag}").quiet().ignore_stdout().ignore_stderr().run().is_ok()
 }
 
-/// Debian's PostgreSQL of the image's major in a minimal Debian root made with debootstrap
-/// from the machine's own mirror, imported as an image. Made once: an existing tag is kept.
-fn debian_base(sh: &Shell) -> Result<String> {
-    if image_exists(sh, DEBIAN_BASE_TAG) {
-        note(format!("{DEBIAN_BASE_TAG} exists"));
-        return Ok(DEBIAN_BASE_TAG.into());
+/// The Debian release that packages `major`: its base image has Debian's own build.
+pub fn debian_suite(major: PgMajor) -> &'static str {
+    match major {
+        PgMajor::Pg15 => "bookworm",
+        PgMajor::Pg17 => "trixie",
+        PgMajor::Pg18 => "sid",
+    }
+}
+
+/// Debian's PostgreSQL of `major` in a minimal Debian root made with debootstrap from the
+/// machine's own mirror, imported as an image. Made once: an existing tag is kept.
+pub fn debian_base(sh: &Shell, major: PgMajor) -> Result<String> {
+    let suite = debian_suite(major);
+    let base_tag = format!("pg_automerge-base:{suite}-postgresql-{}", major.number());
+    if image_exists(sh, &base_tag) {
+        note(format!("{base_tag} exists"));
+        return Ok(base_tag);
     }
     if !is_root() {
         bail!("making the Debian base image needs root (debootstrap); or pass --base postgres:17");
@@ -198,23 +227,23 @@ fn debian_base(sh: &Shell) -> Result<String> {
     if root.exists() {
         fs::remove_dir_all(&root)?;
     }
-    let package = format!("--include=postgresql-{}", IMAGE_MAJOR.number());
+    let package = format!("--include=postgresql-{}", major.number());
     let mirror = mirror();
-    note(format!("debootstrap {DEBIAN_SUITE} with {package} from {mirror} (about a minute)"));
-    cmd!(sh, "debootstrap --variant=minbase {package} {DEBIAN_SUITE} {root} {mirror}")
+    note(format!("debootstrap {suite} with {package} from {mirror} (about a minute)"));
+    cmd!(sh, "debootstrap --variant=minbase {package} {suite} {root} {mirror}")
         .quiet()
         .ignore_stdout()
         .run()?;
     // The package made a cluster of its own; the entrypoint makes ours in PGDATA.
     for made in ["var/lib/postgresql", "etc/postgresql"] {
-        let major_dir = root.join(made).join(IMAGE_MAJOR.number().to_string());
+        let major_dir = root.join(made).join(major.number().to_string());
         if major_dir.exists() {
             fs::remove_dir_all(major_dir)?;
         }
     }
-    import(&root, DEBIAN_BASE_TAG)?;
+    import(&root, &base_tag)?;
     fs::remove_dir_all(&root)?;
-    Ok(DEBIAN_BASE_TAG.into())
+    Ok(base_tag)
 }
 
 /// `tar -c -C root . | docker import - tag`.
@@ -250,35 +279,19 @@ fn import(root: &Path, tag: &str) -> Result<()> {
     Ok(())
 }
 
-/// target/docker/context-<profile>: what docker/Dockerfile copies in. The extension is
-/// packaged against our PostgreSQL build of the same major (the headers match any point
-/// release of it).
-fn build_context(sh: &Shell, debug: bool) -> Result<PathBuf> {
+/// target/docker/context-pg<major>-<profile>: what docker/Dockerfile copies in, the
+/// extension's Debian package `deb` among them.
+fn build_context(sh: &Shell, major: PgMajor, debug: bool, deb: &Path) -> Result<PathBuf> {
     let profile = if debug { "debug" } else { "release" };
-    let docker_dir = project_root().join("target/docker");
-    let package = install::package(sh, IMAGE_MAJOR, !debug, "image")?;
-    let pg_config = IMAGE_MAJOR.pg_config();
     let release_flag = (!debug).then_some("--release");
     cmd!(sh, "cargo build --quiet {release_flag...} -p pg_automerge_entrypoint").run()?;
-
-    let context = docker_dir.join(format!("context-{profile}"));
+    let context =
+        project_root().join(format!("target/docker/context-{}-{profile}", major.pgrx_name()));
     if context.exists() {
         fs::remove_dir_all(&context)?;
     }
-    fs::create_dir_all(context.join("extension"))?;
-    let under_package = |dir: String| package.join(dir.trim().trim_start_matches('/'));
-    let pkglibdir = under_package(cmd!(sh, "{pg_config} --pkglibdir").quiet().read()?);
-    let extension_dir =
-        under_package(cmd!(sh, "{pg_config} --sharedir").quiet().read()?).join("extension");
-    fs::copy(pkglibdir.join("pg_automerge.so"), context.join("pg_automerge.so"))?;
-    for entry in fs::read_dir(&extension_dir)
-        .with_context(|| format!("reading {}", extension_dir.display()))?
-    {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with("pg_automerge") {
-            fs::copy(entry.path(), context.join("extension").join(entry.file_name()))?;
-        }
-    }
+    fs::create_dir_all(&context)?;
+    fs::copy(deb, context.join("pg_automerge.deb"))?;
     fs::copy(project_root().join("docker/pg_automerge.conf"), context.join("pg_automerge.conf"))?;
     fs::copy(
         cargo_target_dir().join(profile).join("pg_automerge-entrypoint"),

@@ -158,12 +158,26 @@ fn pg_config_dir(major: PgMajor, flag: &str) -> Result<PathBuf> {
 /// first so that no file of an older build lingers; returns that directory, whose files
 /// sit at the paths of the shared install below it.
 pub fn package(sh: &Shell, major: PgMajor, release: bool, name: &str) -> Result<PathBuf> {
+    package_tree(sh, &project_root(), &crate::cargo_target_dir(), major, release, name)
+}
+
+/// [`package`] of the workspace at `tree` (the project's own, or an older release's
+/// sources), built in `target_dir`.
+pub fn package_tree(
+    sh: &Shell,
+    tree: &Path,
+    target_dir: &Path,
+    major: PgMajor,
+    release: bool,
+    name: &str,
+) -> Result<PathBuf> {
     let profile = if release { "release" } else { "debug" };
     let out = project_root().join("target/xtask-packages").join(format!("{name}-{profile}"));
     if out.exists() {
         fs::remove_dir_all(&out)?;
     }
-    let _dir = sh.push_dir(project_root().join("extension/pg_automerge"));
+    let _dir = sh.push_dir(tree.join("extension/pg_automerge"));
+    let _target = sh.push_env("CARGO_TARGET_DIR", target_dir);
     let pg_config = major.pg_config();
     let debug = (!release).then_some("--debug");
     cmd!(sh, "cargo pgrx package {debug...} --pg-config {pg_config} --out-dir {out}").run()?;

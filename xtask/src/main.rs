@@ -15,6 +15,8 @@ mod flags;
 mod fuzz;
 mod image;
 mod install;
+mod package;
+mod package_install;
 mod postgres;
 mod provenance;
 mod reliability;
@@ -43,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         flags::Verb::Bench(flags) => flags.run(&sh),
         flags::Verb::Fuzz(flags) => flags.run(&sh),
         flags::Verb::Image(flags) => flags.run(&sh),
+        flags::Verb::Package(flags) => flags.run(&sh),
         flags::Verb::Soak(flags) => flags.run(&sh),
         flags::Verb::CitusBench(flags) => flags.run(&sh),
     }

@@ -147,7 +147,7 @@ pub fn start_with_samples(cluster: Cluster, fresh: Fresh) -> Result<Cluster> {
 
 /// SQL that creates the extension and the sample table if they are missing (or updates the
 /// extension a cluster kept from an earlier run), and puts the sample documents in it.
-fn samples_script() -> String {
+pub fn samples_script() -> String {
     let rows: Vec<String> = fixtures::samples()
         .iter()
         .map(|sample| format!("('{}', '\\x{}')", sample.name, hex::encode(sample.doc.save())))

@@ -23,7 +23,7 @@ impl SoakFlags {
         if let Skippable::Skipped(reason) = step("Docker engine", || image::ensure_docker(sh))? {
             bail!("the soak needs a Docker engine: {reason}");
         }
-        let tag = image::build(sh, &self.base, false)?;
+        let tag = image::build(sh, image::IMAGE_MAJOR, &self.base, false)?;
         // The report's setup table: the machine, toolchain and checkout, as every report says them.
         let extension_build =
             format!("release, against PostgreSQL {} headers", image::IMAGE_MAJOR.number());
@@ -105,6 +105,10 @@ fn command_line() -> String {
 /// The run label of this process's containers of kind `kind` ("soak", "container-tests"):
 /// `<kind>.<checkout>.<process id>`, which no other checkout's run, and no container a user
 /// started, carries.
+/// The label of every container a run starts (testcontainers' and the install tests'),
+/// naming the run: soak/src/container.rs sets it on testcontainers' own.
+pub const RUN_LABEL: &str = "org.pg_automerge.run";
+
 pub fn run_label(kind: &str) -> String {
     format!("{kind}.{}.{}", checkout_id(), std::process::id())
 }
@@ -114,12 +118,9 @@ pub fn run_label(kind: &str) -> String {
 /// removed its containers); never another's: the runs of other checkouts or kinds, and a
 /// user's containers, may be running beside this one.
 pub fn remove_leftover_containers(sh: &Shell, run: &str) -> Result<()> {
-    let managed = "label=org.testcontainers.managed-by=testcontainers";
-    let labelled = "label=org.pg_automerge.run";
-    let format = "{{.ID}} {{.Label \"org.pg_automerge.run\"}}";
-    let listed = cmd!(sh, "docker ps -a --filter {managed} --filter {labelled} --format {format}")
-        .quiet()
-        .read()?;
+    let labelled = format!("label={RUN_LABEL}");
+    let format = format!("{{{{.ID}}}} {{{{.Label \"{RUN_LABEL}\"}}}}");
+    let listed = cmd!(sh, "docker ps -a --filter {labelled} --format {format}").quiet().read()?;
     let ids: Vec<&str> = listed
         .lines()
         .filter_map(|line| line.split_once(' '))

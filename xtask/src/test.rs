@@ -22,6 +22,8 @@ use crate::flags::{BenchScale, FuzzTarget, SetupFlags, TestFlags, TestStep, DEBO
 use crate::fuzz;
 use crate::image;
 use crate::install::PgInstall;
+use crate::package::TestPackages;
+use crate::package_install;
 use crate::postgres::{cluster_user, PgMajor};
 use crate::project_root;
 use crate::reliability;
@@ -231,7 +233,9 @@ impl TestFlags {
         }
         if runs(TestStep::Docker) {
             let docker =
-                step("Docker: the images, container tests and a short soak", || docker_checks(sh))?;
+                step("Docker: packages, images, container tests and a short soak", || {
+                    docker_checks(sh, &self.pg.majors())
+                })?;
             summary.push(match docker {
                 Skippable::Ran(counts) => {
                     total += counts;
@@ -424,29 +428,46 @@ fn hostile_inputs(sh: &Shell, major: PgMajor) -> Result<Counts> {
     counts
 }
 
-/// Builds the images with debug builds of the extension and the sync server (no release
-/// build in the tests) and runs the soak crate's tests against them: the container tests
-/// (the sync server's image against the extension's among them) and a 2.5-minute soak.
-/// Skipped where no Docker engine can run.
-fn docker_checks(sh: &Shell) -> Result<Skippable<Counts>> {
+/// Builds the Debian packages and the images of `majors` with debug builds of the extension
+/// and the sync server (no release build in the tests), installs the packages as a user
+/// does (package_install.rs), and runs the soak crate's tests against the images: the
+/// container tests (every major's image, the sync server's image against the extension's)
+/// and a 2.5-minute soak on the soak's major. Skipped where no Docker engine can run.
+fn docker_checks(sh: &Shell, majors: &[PgMajor]) -> Result<Skippable<Counts>> {
     if let Skippable::Skipped(reason) = image::ensure_docker(sh)? {
         note(format!("skipping the container tests: {reason}"));
         return Ok(Skippable::Skipped(reason));
     }
-    let tag = image::build(sh, DEBOOTSTRAP_BASE, true)?;
-    let sync_server_tag = image::build_sync_server(sh, DEBOOTSTRAP_BASE, true)?;
     let run = run_label("container-tests");
     remove_leftover_containers(sh, &run)?;
+    let packages = step("the Debian packages (debug)", || TestPackages::build(sh, majors))?;
+    let mut counts = package_install::checks(sh, &packages, &run)?;
+    let mut tags = Vec::new();
+    for (major, deb) in &packages.current {
+        tags.push((*major, image::build_with_package(sh, *major, DEBOOTSTRAP_BASE, true, deb)?));
+    }
+    // The soak and the other container tests run on the soak's major, tested or not.
+    if !majors.contains(&image::IMAGE_MAJOR) {
+        tags.push((
+            image::IMAGE_MAJOR,
+            image::build(sh, image::IMAGE_MAJOR, DEBOOTSTRAP_BASE, true)?,
+        ));
+    }
+    let every_major: Vec<String> =
+        tags.iter().map(|(major, tag)| format!("{}={tag}", major.number())).collect();
+    let sync_server_tag = image::build_sync_server(sh, DEBOOTSTRAP_BASE, true)?;
     let mut tests = Command::new("cargo");
     tests
         .args(["test", "--no-fail-fast", "--package", "soak", "--", "--nocapture"])
-        .env("PG_AUTOMERGE_IMAGE", &tag)
+        .env("PG_AUTOMERGE_IMAGE", image::tag(image::IMAGE_MAJOR, true))
+        .env("PG_AUTOMERGE_IMAGES", every_major.join(","))
         .env("PG_AUTOMERGE_SYNC_SERVER_IMAGE", &sync_server_tag)
         .env("PG_AUTOMERGE_RUN", &run)
         .current_dir(project_root());
-    let counts = counted(tests);
+    let container_tests = counted(tests);
     remove_leftover_containers(sh, &run)?;
-    Ok(Skippable::Ran(counts?))
+    counts += container_tests?;
+    Ok(Skippable::Ran(counts))
 }
 
 /// The sync server's checks, on a fresh cluster of their own with the sample documents.

@@ -5,7 +5,7 @@
 //! upgrade scripts, which `cargo pgrx install` copies beside the generated one (it copies
 //! no install script of an older version).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
@@ -29,15 +29,22 @@ pub fn sql_dir() -> PathBuf {
 
 /// The workspace's version, which `cargo pgrx install` puts in the control file.
 pub fn current() -> Result<String> {
-    let manifest: toml::Table =
-        std::fs::read_to_string(project_root().join("Cargo.toml"))?.parse()?;
+    workspace_version(&project_root())
+}
+
+/// The `[workspace.package] version` of the workspace at `root` (this one, or an older
+/// release's sources).
+pub fn workspace_version(root: &Path) -> Result<String> {
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))?.parse()?;
     manifest
         .get("workspace")
         .and_then(|w| w.get("package"))
         .and_then(|p| p.get("version"))
         .and_then(|v| v.as_str())
         .map(str::to_string)
-        .context("the root Cargo.toml has no [workspace.package] version")
+        .with_context(|| {
+            format!("{}/Cargo.toml has no [workspace.package] version", root.display())
+        })
 }
 
 pub fn install_script_name(version: &str) -> String {
