@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::doc_examples::documentation_files;
 use crate::postgres::PgMajor;
-use crate::project_root;
+use crate::{image, package, project_root};
 
 fn read(path: impl AsRef<Path>) -> String {
     let path = project_root().join(path);
@@ -163,6 +163,40 @@ fn ci_calls_xtask_for_every_major() {
             "ci.yml's matrix lacks {major}"
         );
     }
+}
+
+/// The release workflow cannot run here: this holds it to what xtask makes, so that a new
+/// major or a renamed package cannot leave the release behind.
+#[test]
+fn the_release_workflow_ships_every_major_and_package_xtask_makes() {
+    let workflow = read(".github/workflows/release.yml");
+    assert!(workflow.contains("cargo xtask package --out dist"));
+    let attached: Vec<&str> =
+        workflow.lines().map(str::trim).filter(|l| l.starts_with("dist/")).collect();
+    let mut expected: Vec<String> = PgMajor::ALL
+        .iter()
+        .map(|&major| format!("dist/{}_*.deb", package::extension_package(major)))
+        .collect();
+    expected.push(format!("dist/{}_*.deb", package::SYNC_SERVER_PACKAGE));
+    assert_eq!(attached, expected, "release.yml attaches exactly the packages xtask makes");
+    let matrix: Vec<String> = workflow
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("- \"") && l.ends_with('"'))
+        .map(|l| l.trim_start_matches("- ").trim_matches('"').to_string())
+        .filter(|entry| entry.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    let majors: Vec<String> = PgMajor::ALL.iter().map(|m| m.number().to_string()).collect();
+    assert_eq!(matrix, majors, "the images' matrix is xtask's majors");
+    for major in PgMajor::ALL {
+        let tag = image::tag(major, false);
+        assert_eq!(
+            tag.replace(&major.number().to_string(), "${{ matrix.pg }}"),
+            "pg_automerge:pg${{ matrix.pg }}"
+        );
+    }
+    assert!(workflow.contains("cargo xtask image --pg ${{ matrix.pg }}"));
+    assert!(workflow.contains("docker tag \"pg_automerge:pg${{ matrix.pg }}\""));
 }
 
 #[test]
