@@ -35,6 +35,24 @@ pub const HOST_GATEWAY: &str = "host.docker.internal";
 /// The label that names the run a container belongs to.
 pub const RUN_LABEL: &str = "org.pg_automerge.run";
 
+/// Where `cargo xtask test` names the image its container tests run on.
+pub const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
+/// Where `cargo xtask test` names its run, by which it removes the containers the run leaves
+/// behind and no other.
+const RUN_ENV: &str = "PG_AUTOMERGE_RUN";
+
+/// The run label of a test's containers: xtask's run, or one of the test process's own.
+pub fn test_run() -> String {
+    std::env::var(RUN_ENV).unwrap_or_else(|_| format!("container-tests.{}", std::process::id()))
+}
+
+/// The image named in the environment variable `variable`, which `cargo xtask test` sets.
+pub fn image_named_in(variable: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!("{variable} is not set: `cargo xtask test` builds the images and runs these tests")
+    })
+}
+
 pub struct Server {
     container: ContainerAsync<GenericImage>,
     pub port: u16,

@@ -8,12 +8,9 @@ use std::time::{Duration, Instant};
 
 use automerge::transaction::Transactable;
 use automerge::{AutoCommit, ROOT};
-use soak::container::{Server, ServerOptions, DATABASE};
+use soak::container::{image_named_in, test_run, Server, ServerOptions, DATABASE, IMAGE_ENV};
 use tokio_postgres::Client;
 
-const IMAGE_ENV: &str = "PG_AUTOMERGE_IMAGE";
-/// The run label of these tests' containers, as in container.rs.
-const RUN_ENV: &str = "PG_AUTOMERGE_RUN";
 /// The compactor's background worker, as `pg_stat_activity.backend_type` names it.
 const WORKER: &str = "pg_automerge compactor";
 /// Long enough for a compactor with the default 1 s naptime to have compacted a quiet value
@@ -22,18 +19,13 @@ const QUIET: Duration = Duration::from_secs(5);
 
 async fn start(settings: &[(&str, &str)], env: &[(&str, &str)]) -> Server {
     let options = ServerOptions {
-        image: std::env::var(IMAGE_ENV).unwrap_or_else(|_| {
-            panic!(
-                "{IMAGE_ENV} is not set: `cargo xtask test` builds the image and runs these tests"
-            )
-        }),
+        image: image_named_in(IMAGE_ENV),
         memory_bytes: Some(1 << 30),
         settings: settings
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect(),
-        run: std::env::var(RUN_ENV)
-            .unwrap_or_else(|_| format!("defaults-tests.{}", std::process::id())),
+        run: test_run(),
     };
     Server::start_with_env(&options, env).await.expect("the image starts")
 }
