@@ -4,7 +4,9 @@
 # is the Debian base `cargo xtask image` makes with debootstrap for that major.
 ARG BASE
 FROM ${BASE}
-RUN apt-get update -qq \
+# Valid-Until is not checked: the machine's mirror may be a snapshot, whose unstable
+# suite's Release file has expired (debootstrap, which made the base, does not check it).
+RUN apt-get update -qq -o Acquire::Check-Valid-Until=false \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd systemd-sysv \
     && rm -rf /var/lib/apt/lists/*
 STOPSIGNAL SIGRTMIN+3

@@ -36,8 +36,19 @@ pub fn checks(sh: &Shell, packages: &TestPackages, run: &str) -> Result<Counts> 
             .find(|(m, _)| m == major)
             .map(|(_, deb)| deb)
             .context("the previous release's package of every major tested")?;
-        let image = step(&format!("{major}: the install-test image"), || test_image(sh, *major))?;
-        let container = InstallContainer::start(sh, *major, &image, run)?;
+        let container = step(&format!("{major}: the install-test container"), || {
+            InstallContainer::start(sh, *major, &test_image(sh, *major)?, run)
+        });
+        let container = match container {
+            Ok(container) => container,
+            Err(err) => {
+                counts.failed += CHECKS.len();
+                note(format!(
+                    "FAILED {major}: no install-test container, so none of its checks ran: {err:#}"
+                ));
+                continue;
+            }
+        };
         let debs = [previous, current, &packages.sync_server];
         for check in CHECKS {
             let name = format!("{major}: {}", check.name);
@@ -206,6 +217,21 @@ fn test_image(sh: &Shell, major: PgMajor) -> Result<String> {
     Ok(tag)
 }
 
+/// The `docker run` options that give systemd in a container the cgroup tree it needs:
+/// systemd 258 and later (Debian's since trixie) run on the unified (v2) hierarchy only,
+/// which a host with both hierarchies has at /sys/fs/cgroup/unified.
+fn cgroup_options(sh: &Shell) -> Result<Vec<String>> {
+    let kind = cmd!(sh, "stat -fc %T /sys/fs/cgroup").quiet().read()?;
+    let unified = Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists();
+    Ok(if kind.trim() == "cgroup2fs" {
+        vec!["--cgroupns=host".into(), "-v".into(), "/sys/fs/cgroup:/sys/fs/cgroup:rw".into()]
+    } else if unified {
+        vec!["-v".into(), "/sys/fs/cgroup/unified:/sys/fs/cgroup:rw".into()]
+    } else {
+        vec!["-v".into(), "/sys/fs/cgroup:/sys/fs/cgroup:ro".into()]
+    })
+}
+
 /// A test container running systemd, with PostgreSQL's port and the sync server's
 /// published on loopback ports of the host.
 struct InstallContainer {
@@ -218,11 +244,12 @@ struct InstallContainer {
 impl InstallContainer {
     fn start(sh: &Shell, major: PgMajor, image: &str, run: &str) -> Result<InstallContainer> {
         let label = format!("{RUN_LABEL}={run}");
-        // systemd needs /run and /run/lock as tmpfs and the cgroup tree to read.
+        let cgroups = cgroup_options(sh)?;
+        // systemd needs /run and /run/lock as tmpfs, and a cgroup tree of its own.
         let id = cmd!(
             sh,
-            "docker run -d --label {label} --tmpfs /run --tmpfs /run/lock
-             -v /sys/fs/cgroup:/sys/fs/cgroup:ro -p 127.0.0.1::5432 -p 127.0.0.1::3030 {image}"
+            "docker run -d --label {label} --tmpfs /run --tmpfs /run/lock {cgroups...}
+             -p 127.0.0.1::5432 -p 127.0.0.1::3030 {image}"
         )
         .quiet()
         .read()?;
@@ -235,12 +262,19 @@ impl InstallContainer {
                 .and_then(|p| p.parse().ok())
                 .with_context(|| format!("docker port {inner} printed {mapped:?}"))
         };
-        let container = InstallContainer {
-            major,
-            postgres_port: port("5432")?,
-            sync_server_port: port("3030")?,
-            id,
+        let ports = port("5432").and_then(|postgres| Ok((postgres, port("3030")?)));
+        let Ok((postgres_port, sync_server_port)) = ports else {
+            let logs = std::process::Command::new("docker")
+                .args(["logs", "--tail", "20", &id])
+                .output()?;
+            cmd!(sh, "docker rm -f {id}").quiet().ignore_stdout().run()?;
+            bail!(
+                "the container exited at once; its log ends:\n{}{}",
+                String::from_utf8_lossy(&logs.stdout),
+                String::from_utf8_lossy(&logs.stderr)
+            );
         };
+        let container = InstallContainer { major, postgres_port, sync_server_port, id };
         // Until systemd has started the system: `running`, or `degraded` where a mount
         // unit a container cannot have failed.
         let started = Instant::now();
