@@ -193,20 +193,13 @@ pub fn extension_deb(
     }
     write_copyright(&root, &package)?;
     let control = format!(
-        "Package: {package}\n\
-         Version: {version}\n\
-         Architecture: {arch}\n\
-         Maintainer: The pg_automerge developers <pg_automerge@localhost>\n\
-         Installed-Size: {size}\n\
-         Depends: postgresql-{number}, libc6 (>= 2.34), libgcc-s1\n\
+        "Depends: postgresql-{number}, libc6 (>= 2.34), libgcc-s1\n\
          Section: database\n\
          Priority: optional\n\
          Description: Automerge CRDT documents as a PostgreSQL {number} column type\n \
          pg_automerge stores Automerge documents in an `automerge` column: validated on\n \
          the way in, read as jsonb without a load, merged and written incrementally.\n \
-         Add pg_automerge to shared_preload_libraries, then CREATE EXTENSION pg_automerge.\n",
-        arch = architecture(sh)?,
-        size = installed_size_kib(&root)?,
+         Add pg_automerge to shared_preload_libraries, then CREATE EXTENSION pg_automerge.\n"
     );
     build_deb(sh, &root, &control, &package, &version, out)
 }
@@ -235,21 +228,14 @@ pub fn sync_server_deb(sh: &Shell, release: bool, out: &Path) -> Result<PathBuf>
     fs::copy(debian.join("postinst"), root.join("DEBIAN/postinst"))?;
     fs::write(root.join("DEBIAN/conffiles"), "/etc/pg-automerge-sync-server/sync-server.conf\n")?;
     let control = format!(
-        "Package: {SYNC_SERVER_PACKAGE}\n\
-         Version: {version}\n\
-         Architecture: {arch}\n\
-         Maintainer: The pg_automerge developers <pg_automerge@localhost>\n\
-         Installed-Size: {size}\n\
-         Depends: libc6 (>= 2.34), libgcc-s1, passwd\n\
+        "Depends: libc6 (>= 2.34), libgcc-s1, passwd\n\
          Suggests: postgresql-17-pg-automerge | postgresql-18-pg-automerge | postgresql-15-pg-automerge\n\
          Section: net\n\
          Priority: optional\n\
          Description: automerge-repo sync server whose storage is PostgreSQL (pg_automerge)\n \
          Serves automerge-repo clients over WebSocket and keeps every document as an\n \
          automerge value in PostgreSQL, where SQL can query and write it. Runs as a\n \
-         systemd service; configure it in /etc/pg-automerge-sync-server/sync-server.conf.\n",
-        arch = architecture(sh)?,
-        size = installed_size_kib(&root)?,
+         systemd service; configure it in /etc/pg-automerge-sync-server/sync-server.conf.\n"
     );
     build_deb(sh, &root, &control, SYNC_SERVER_PACKAGE, &version, out)
 }
@@ -280,15 +266,26 @@ fn write_copyright(root: &Path, package: &str) -> Result<()> {
     Ok(())
 }
 
-/// `dpkg-deb --build` of `root` with `control` into `out`; returns the package's path.
+/// `dpkg-deb --build` of `root` into `out`, its control file the fields every package has
+/// followed by `fields`; returns the package's path.
 fn build_deb(
     sh: &Shell,
     root: &Path,
-    control: &str,
+    fields: &str,
     package: &str,
     version: &str,
     out: &Path,
 ) -> Result<PathBuf> {
+    let control = format!(
+        "Package: {package}\n\
+         Version: {version}\n\
+         Architecture: {arch}\n\
+         Maintainer: The pg_automerge developers <pg_automerge@localhost>\n\
+         Installed-Size: {size}\n\
+         {fields}",
+        arch = architecture(sh)?,
+        size = installed_size_kib(root)?,
+    );
     fs::create_dir_all(root.join("DEBIAN"))?;
     fs::write(root.join("DEBIAN/control"), control)?;
     fs::create_dir_all(out)?;

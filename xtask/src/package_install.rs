@@ -306,13 +306,17 @@ impl InstallContainer {
         }
     }
 
-    /// `command` in the container; its stdout, or an error with its output.
-    fn exec(&self, command: &[&str]) -> Result<String> {
-        let output = std::process::Command::new("docker")
+    fn run_in(&self, command: &[&str]) -> Result<std::process::Output> {
+        std::process::Command::new("docker")
             .args(["exec", &self.id])
             .args(command)
             .output()
-            .context("starting docker exec")?;
+            .context("starting docker exec")
+    }
+
+    /// `command` in the container; its stdout, or an error with its output.
+    fn exec(&self, command: &[&str]) -> Result<String> {
+        let output = self.run_in(command)?;
         ensure!(
             output.status.success(),
             "`{}` failed in the container:\n{}{}",
@@ -325,12 +329,7 @@ impl InstallContainer {
 
     /// `command`'s stdout whatever its exit status (`systemctl is-active` exits 3 when not).
     fn exec_status(&self, command: &[&str]) -> Result<String> {
-        let output = std::process::Command::new("docker")
-            .args(["exec", &self.id])
-            .args(command)
-            .output()
-            .context("starting docker exec")?;
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&self.run_in(command)?.stdout).into_owned())
     }
 
     fn write_file(&self, path: &str, contents: &str) -> Result<()> {
