@@ -227,15 +227,18 @@ pub fn sync_server_deb(sh: &Shell, release: bool, out: &Path) -> Result<PathBuf>
     fs::create_dir_all(root.join("DEBIAN"))?;
     fs::copy(debian.join("postinst"), root.join("DEBIAN/postinst"))?;
     fs::write(root.join("DEBIAN/conffiles"), "/etc/pg-automerge-sync-server/sync-server.conf\n")?;
+    // The server needs the extension in its database's server, of whichever major.
+    let extensions: Vec<String> = PgMajor::ALL.iter().map(|&m| extension_package(m)).collect();
     let control = format!(
         "Depends: libc6 (>= 2.34), libgcc-s1, passwd\n\
-         Suggests: postgresql-17-pg-automerge | postgresql-18-pg-automerge | postgresql-15-pg-automerge\n\
+         Suggests: {}\n\
          Section: net\n\
          Priority: optional\n\
          Description: automerge-repo sync server whose storage is PostgreSQL (pg_automerge)\n \
          Serves automerge-repo clients over WebSocket and keeps every document as an\n \
          automerge value in PostgreSQL, where SQL can query and write it. Runs as a\n \
-         systemd service; configure it in /etc/pg-automerge-sync-server/sync-server.conf.\n"
+         systemd service; configure it in /etc/pg-automerge-sync-server/sync-server.conf.\n",
+        extensions.join(" | ")
     );
     build_deb(sh, &root, &control, SYNC_SERVER_PACKAGE, &version, out)
 }
