@@ -11,7 +11,9 @@ use benches::load_phases::{
     self, CHANGES, HASHES, INFLATED, JSON, KEPT_JSON, OP_PASS, STREAMED, STRUCTURE, UNCHECKED,
     UNCOMPRESSED, WHOLE,
 };
-use benches::{configure, criterion, fixtures, js_fixtures, record_peak, record_storage, Fixture};
+use benches::{
+    configure, criterion, fixtures, js_fixtures, record_peak, record_storage, selected, Fixture,
+};
 use criterion::{BenchmarkId, Criterion};
 use pg_automerge_core::chunk::{self, CHANGE};
 use pg_automerge_core::doc_ops::DocumentOps;
@@ -102,8 +104,13 @@ fn breakdown(c: &mut Criterion) {
     configure(&mut group);
     for fixture in fixtures(true).iter().chain(&js_fixtures()) {
         let name = fixture.name();
+        let selected = |phase: &str| selected(&format!("{group_name}/{phase}/{name}"));
+        // A profile of one phase on one fixture (`--profile-time`) prepares nothing else.
+        if !WORK.iter().any(|(phase, _)| selected(phase)) {
+            continue;
+        }
         let input = input(fixture);
-        for (phase, work) in WORK {
+        for (phase, work) in WORK.into_iter().filter(|(phase, _)| selected(phase)) {
             record_peak(&group_name, phase, &name, || work(&input));
             group.bench_with_input(BenchmarkId::new(phase, &name), &input, |b, input| {
                 b.iter(|| work(input))

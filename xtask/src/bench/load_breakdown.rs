@@ -17,6 +17,7 @@ use benches::measurements::{find, Row, StorageMeasure};
 use benches::AUTOMERGE;
 
 use super::criterion::{csv, storage_csv};
+use super::load_profile;
 use super::measure::BenchFiles;
 use crate::fixtures;
 use crate::flags::BenchScale;
@@ -47,6 +48,10 @@ pub fn run(sh: &Shell, scale: BenchScale) -> Result<usize> {
         Ok(())
     })?;
     let (rows, storage) = files.read()?;
+    let report = Report { rows: &rows, storage: &storage, quick, scale: scale.name() };
+    let profiles = step("perf: inside the load", || {
+        load_profile::profile(sh, &files, scale, &report.fixtures())
+    })?;
     let dir = match quick {
         true => project_root().join("target/bench-quick-load-breakdown"),
         false => project_root().join(format!(
@@ -59,8 +64,8 @@ pub fn run(sh: &Shell, scale: BenchScale) -> Result<usize> {
     fs::create_dir_all(&dir)?;
     fs::write(dir.join("results.csv"), csv(&rows))?;
     fs::write(dir.join("storage.csv"), storage_csv(&storage))?;
-    let report = Report { rows: &rows, storage: &storage, quick, scale: scale.name() };
-    fs::write(dir.join("README.md"), report.markdown(&provenance, &fixture_table))?;
+    let inside = load_profile::markdown(profiles.as_deref());
+    fs::write(dir.join("README.md"), report.markdown(&provenance, &fixture_table, &inside))?;
     note(format!("{} benchmarks; report in {}", rows.len(), dir.display()));
     Ok(rows.len())
 }
@@ -114,7 +119,8 @@ impl Report<'_> {
         fixtures
     }
 
-    fn markdown(&self, provenance: &Provenance, fixture_table: &str) -> String {
+    /// The report, with the profile's section `inside` after the shares.
+    fn markdown(&self, provenance: &Provenance, fixture_table: &str, inside: &str) -> String {
         let mut out = String::new();
         let kind = match self.quick {
             true => "quick check (small fixtures, debug builds: not a measurement)".to_string(),
@@ -157,6 +163,7 @@ impl Report<'_> {
             _ => "—".into(),
         };
         self.phase_table(&mut out, &fixtures, peak, false);
+        out.push_str(inside);
         out.push_str("\n## The phases\n\n");
         for (phase, what) in PHASES {
             writeln!(out, "- **{phase}**: {what}.").unwrap();

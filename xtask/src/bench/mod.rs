@@ -9,10 +9,12 @@
 //! (criterion's estimates, the peaks and the stored sizes) into the benches crate's
 //! `measurements` and writes the CSV files, `report.rs` writes the report, with the
 //! performance goals that the benches crate's `goals` judges the run by; `load_breakdown.rs`
-//! runs and reports `--load-breakdown`, a run of its own. This file holds the run's results.
+//! runs and reports `--load-breakdown`, a run of its own,
+//! with `load_profile.rs`'s profile of the load. This file holds the run's results.
 
 mod criterion;
 pub mod load_breakdown;
+mod load_profile;
 mod measure;
 mod report;
 mod sync_js;
