@@ -28,13 +28,20 @@ pub fn bytes(bytes: Option<u64>) -> String {
 /// the naive path is `0.0010×`, not `0.00×`.
 pub fn ratio(ours: Option<&Row>, baseline: Option<&Row>) -> String {
     match (ours, baseline) {
-        (Some(ours), Some(b)) if b.median_ns > 0.0 && ours.median_ns > 0.0 => {
-            let ratio = ours.median_ns / b.median_ns;
-            let decimals = (1 - ratio.log10().floor() as i32).max(2) as usize;
-            format!("{ratio:.decimals$}×")
-        }
+        (Some(ours), Some(b)) => times(ours.median_ns, b.median_ns),
         _ => "—".into(),
     }
+}
+
+/// `part` as a multiple of `whole`, written as [`ratio`] writes it; — unless both are
+/// positive.
+pub fn times(part: f64, whole: f64) -> String {
+    if part <= 0.0 || whole <= 0.0 {
+        return "—".into();
+    }
+    let ratio = part / whole;
+    let decimals = (1 - ratio.log10().floor() as i32).max(2) as usize;
+    format!("{ratio:.decimals$}×")
 }
 
 /// A byte count in full, grouped by thousands: stored sizes and WAL differ by a few bytes.
@@ -71,6 +78,8 @@ mod tests {
         assert_eq!(ratio(Some(&row("sql", "read title", OURS, 1e3)), Some(&ours)), "0.00033×");
         assert_eq!(ratio(Some(&row("sql", "read title", OURS, 3e5)), Some(&ours)), "0.10×");
         assert_eq!(ratio(None, Some(&ours)), "—");
+        assert_eq!(times(336e6, 1e9), "0.34×");
+        assert_eq!(times(-1.0, 1.0), "—");
     }
 
     #[test]

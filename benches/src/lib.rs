@@ -2,7 +2,8 @@
 //! changes writes apply, and the files where peak heap, loads and storage measurements are
 //! written; and what judges a run beside them: what it measured (`measurements`), the
 //! performance goals it meets or misses (`goals`), and how their figures read (`figures`),
-//! which `cargo xtask bench` reports.
+//! which `cargo xtask bench` reports; and the phases of a load that `load_breakdown`
+//! measures (`load_phases`).
 //!
 //! `cargo xtask bench` sets the environment variables read here; run by hand, the benches
 //! default to the Operations-scale fixtures under `target/fixtures`.
@@ -21,6 +22,7 @@ use pg_automerge_core::memory;
 
 pub mod figures;
 pub mod goals;
+pub mod load_phases;
 pub mod measurements;
 pub mod operations;
 pub mod sql_edits;

@@ -97,7 +97,7 @@ pub enum TestStep {
     Sync,
     /// the PostgreSQL 17 steps beside a cluster made as `run` makes its own
     SideBySide,
-    /// every benchmark once, quick
+    /// every benchmark once, quick, and the load breakdown
     Bench,
     /// the Docker image, container tests and a short soak
     Docker,
@@ -159,6 +159,12 @@ pub struct BenchFlags {
     /// JS clients run 100 pairs against the server, into the report's profile-100-pairs.md.
     #[arg(long, requires = "sync")]
     pub profile: bool,
+    /// Instead of the benches, where the automerge crate's load of each fixture (the
+    /// --scale's, with its compacted twin, and those made by @automerge/automerge) spends
+    /// its time and peak heap, beside passes over the save's columns alone; no PostgreSQL.
+    /// Report in results/load-breakdown-<date>-<scale>-<commit>/.
+    #[arg(long, conflicts_with_all = ["sync", "filter", "jobs"])]
+    pub load_breakdown: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

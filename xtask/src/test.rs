@@ -230,6 +230,11 @@ impl TestFlags {
             })?;
             summary.push(format!("benchmarks (quick, {major}): {benches} ran"));
             total += Counts { passed: benches, failed: 0 };
+            let breakdown = step("the load breakdown, quick (a smoke check)", || {
+                bench::load_breakdown::run(sh, BenchScale::Small)
+            })?;
+            summary.push(format!("load breakdown (quick): {breakdown} ran"));
+            total += Counts { passed: breakdown, failed: 0 };
         }
         if runs(TestStep::Docker) {
             let docker =

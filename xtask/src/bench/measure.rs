@@ -2,6 +2,7 @@
 //! and `cargo bench` for each bench binary.
 
 use std::fs;
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +19,7 @@ use crate::project_root;
 use crate::provenance::Provenance;
 use crate::run::{start_with_samples, Fresh, DATABASE};
 use crate::util::{note, step};
+use benches::measurements::{Row, StorageMeasure};
 
 /// Runs every bench and returns what they measured; `quick` uses the small fixtures, the
 /// shortest measurement and debug builds, as a check that each bench still runs.
@@ -29,7 +31,6 @@ pub(super) fn measure(
     filter: Option<&str>,
 ) -> Result<Results> {
     let quick = scale == BenchScale::Small;
-    let fixtures_dir = fixtures::dir();
     let fixture_table = step(&format!("fixtures ({} scale)", scale.name()), || {
         fixtures::generate(sh, Some(scale))
     })?;
@@ -53,34 +54,11 @@ pub(super) fn measure(
         command += &format!(" --filter '{filter}'");
     }
     let provenance = Provenance::collect(sh, &command, &[("PostgreSQL", server_version)])?;
-    let criterion_dir = project_root().join("target/criterion");
-    if criterion_dir.exists() {
-        fs::remove_dir_all(&criterion_dir)?;
-    }
-    let peaks = criterion_dir.join("peaks.csv");
-    let storage = criterion_dir.join("storage.csv");
-    let times = criterion_dir.join("times.csv");
+    let files = BenchFiles::fresh()?;
     let benches = step("criterion benches", || {
         let run = |bench: &str| -> Result<std::process::Child> {
-            let mut cargo = Command::new("cargo");
-            cargo.args(["bench", "--package", "benches", "--bench", bench]);
-            if quick {
-                // Reuses the tests' debug build of every dependency instead of a release build.
-                cargo.args(["--profile", "dev"]);
-            }
-            if let Some(filter) = filter {
-                // Criterion's filter; the variable lets the benches skip their untimed work
-                // (peaks, stored sizes, WAL) for what criterion skips.
-                cargo.args(["--", filter]).env("PG_AUTOMERGE_BENCH_FILTER", filter);
-            }
-            cargo
-                .env("PG_AUTOMERGE_BENCH_SCALE", scale.name())
-                .env("PG_AUTOMERGE_FIXTURES", &fixtures_dir)
-                .env("PG_AUTOMERGE_BENCH_PEAKS", &peaks)
-                .env("PG_AUTOMERGE_BENCH_STORAGE", &storage)
-                .env("PG_AUTOMERGE_BENCH_TIMES", &times)
-                .env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE))
-                .current_dir(project_root());
+            let mut cargo = files.cargo_bench(bench, scale, filter);
+            cargo.env("PG_AUTOMERGE_CONNECTION", cluster.conninfo(DATABASE));
             cargo.spawn().with_context(|| format!("starting cargo bench --bench {bench}"))
         };
         // `core` and `sql` may run side by side (`--jobs`); the allocator pair runs one after
@@ -110,10 +88,70 @@ pub(super) fn measure(
     });
     cluster.stop()?;
     benches?;
-    let mut rows = read_estimates(&criterion_dir)?;
-    add_peaks(&mut rows, &peaks)?;
-    rows.extend(read_times(&times)?);
-    let storage = read_storage(&storage)?;
+    let (rows, storage) = files.read()?;
     note(format!("{} benchmarks measured", rows.len()));
     Ok(Results { rows, storage, fixture_table, provenance, quick, scale: scale.name() })
+}
+
+/// Where the benches write what they measure: criterion's estimates, and beside them the
+/// peaks and loads, stored sizes and outside times the benches record.
+pub(super) struct BenchFiles {
+    criterion_dir: PathBuf,
+    peaks: PathBuf,
+    storage: PathBuf,
+    times: PathBuf,
+}
+
+impl BenchFiles {
+    /// The files, emptied of an earlier run's.
+    pub(super) fn fresh() -> Result<BenchFiles> {
+        let criterion_dir = project_root().join("target/criterion");
+        if criterion_dir.exists() {
+            fs::remove_dir_all(&criterion_dir)?;
+        }
+        Ok(BenchFiles {
+            peaks: criterion_dir.join("peaks.csv"),
+            storage: criterion_dir.join("storage.csv"),
+            times: criterion_dir.join("times.csv"),
+            criterion_dir,
+        })
+    }
+
+    /// `cargo bench` of one bench binary of the benches crate, on the fixtures of `scale`
+    /// (the small ones in debug builds), writing into these files.
+    pub(super) fn cargo_bench(
+        &self,
+        bench: &str,
+        scale: BenchScale,
+        filter: Option<&str>,
+    ) -> Command {
+        let mut cargo = Command::new("cargo");
+        cargo.args(["bench", "--package", "benches", "--bench", bench]);
+        if scale == BenchScale::Small {
+            // Reuses the tests' debug build of every dependency instead of a release build.
+            cargo.args(["--profile", "dev"]);
+        }
+        if let Some(filter) = filter {
+            // Criterion's filter; the variable lets the benches skip their untimed work
+            // (peaks, stored sizes, WAL) for what criterion skips.
+            cargo.args(["--", filter]).env("PG_AUTOMERGE_BENCH_FILTER", filter);
+        }
+        cargo
+            .env("PG_AUTOMERGE_BENCH_SCALE", scale.name())
+            .env("PG_AUTOMERGE_FIXTURES", fixtures::dir())
+            .env("PG_AUTOMERGE_BENCH_PEAKS", &self.peaks)
+            .env("PG_AUTOMERGE_BENCH_STORAGE", &self.storage)
+            .env("PG_AUTOMERGE_BENCH_TIMES", &self.times)
+            .current_dir(project_root());
+        cargo
+    }
+
+    /// What the benches wrote: a row per benchmark, with its peak and loads where recorded
+    /// (the times measured outside criterion among them), and the stored sizes.
+    pub(super) fn read(&self) -> Result<(Vec<Row>, Vec<StorageMeasure>)> {
+        let mut rows = read_estimates(&self.criterion_dir)?;
+        add_peaks(&mut rows, &self.peaks)?;
+        rows.extend(read_times(&self.times)?);
+        Ok((rows, read_storage(&self.storage)?))
+    }
 }

@@ -8,10 +8,13 @@
 //! One file per job: `measure.rs` runs the benches, `criterion.rs` reads what they wrote
 //! (criterion's estimates, the peaks and the stored sizes) into the benches crate's
 //! `measurements` and writes the CSV files, `report.rs` writes the report, with the
-//! performance goals that the benches crate's `goals` judges the run by. This file holds the
-//! run's results.
+//! performance goals that the benches crate's `goals` judges the run by; `load_breakdown.rs`
+//! runs and reports `--load-breakdown`, a run of its own,
+//! with `load_profile.rs`'s profile of the load. This file holds the run's results.
 
 mod criterion;
+pub mod load_breakdown;
+mod load_profile;
 mod measure;
 mod report;
 mod sync_js;
@@ -30,12 +33,17 @@ use crate::util::{note, npm_dependencies};
 
 impl BenchFlags {
     pub fn run(&self, sh: &Shell) -> Result<()> {
+        let scale = if self.quick { BenchScale::Small } else { self.scale };
+        if self.load_breakdown {
+            // The automerge crate and the core alone: no PostgreSQL to set up.
+            load_breakdown::run(sh, scale)?;
+            return Ok(());
+        }
         SetupFlags { pg: self.pg.into() }.run(sh)?;
         if self.sync {
             let repeats = self.repeats.unwrap_or(if self.quick { 1 } else { 5 });
             return sync_server::run(sh, self.pg, self.quick, repeats, self.profile);
         }
-        let scale = if self.quick { BenchScale::Small } else { self.scale };
         measure_and_report(sh, self.pg, scale, self.jobs, self.filter.as_deref())?;
         Ok(())
     }
