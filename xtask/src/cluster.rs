@@ -127,7 +127,7 @@ impl Cluster {
         let query = "SELECT current_setting('server_version') || CASE \
                      WHEN current_setting('debug_assertions')::boolean \
                      THEN ', built with assertions (--enable-cassert)' ELSE '' END;";
-        Ok(self.psql_session(database, query, &["-t", "-A"])?.text.trim().to_string())
+        self.psql_value(database, query)
     }
 
     /// The line a person types to connect.

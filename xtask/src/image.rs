@@ -194,12 +194,12 @@ fn server_version(sh: &Shell) -> String {
     cmd!(sh, "docker version --format {format}").quiet().read().unwrap_or_default()
 }
 
-pub fn image_exists(sh: &Shell, tag: &str) -> bool {
+fn image_exists(sh: &Shell, tag: &str) -> bool {
     cmd!(sh, "docker image inspect {tag}").quiet().ignore_stdout().ignore_stderr().run().is_ok()
 }
 
 /// The Debian release that packages `major`: its base image has Debian's own build.
-pub fn debian_suite(major: PgMajor) -> &'static str {
+fn debian_suite(major: PgMajor) -> &'static str {
     match major {
         PgMajor::Pg15 => "bookworm",
         PgMajor::Pg17 => "trixie",

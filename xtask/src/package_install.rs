@@ -112,11 +112,11 @@ fn install_previous_release(container: &InstallContainer, debs: &[&PathBuf; 3]) 
     ensure!(server.answers(60), "the cluster did not answer within 60 s");
     server.psql("postgres", "CREATE DATABASE upgraded;")?;
     server.psql("upgraded", "CREATE EXTENSION pg_automerge;")?;
-    let version = server.psql("upgraded", "\\pset tuples_only on\nSELECT extversion FROM pg_extension WHERE extname = 'pg_automerge';")?;
+    let version = extension_version(&server)?;
     ensure!(
-        version.trim() == PREVIOUS_RELEASE.0,
+        version == PREVIOUS_RELEASE.0,
         "the previous release's package created version {}",
-        version.trim()
+        version
     );
     // The previous release stores the sample documents (the script's UPDATE finds the
     // extension at its package's version already).
@@ -131,13 +131,9 @@ fn upgrade_to_current(container: &InstallContainer, debs: &[&PathBuf; 3]) -> Res
     container.exec(&["systemctl", "restart", &container.postgres_unit()])?;
     ensure!(server.answers(60), "the cluster did not answer within 60 s of the restart");
     server.psql("upgraded", "ALTER EXTENSION pg_automerge UPDATE;")?;
-    let version = server.psql("upgraded", "\\pset tuples_only on\nSELECT extversion FROM pg_extension WHERE extname = 'pg_automerge';")?;
+    let version = extension_version(&server)?;
     let current = versions::current()?;
-    ensure!(
-        version.trim() == current,
-        "ALTER EXTENSION UPDATE reached {}, not {current}",
-        version.trim()
-    );
+    ensure!(version == current, "ALTER EXTENSION UPDATE reached {}, not {current}", version);
     ensure!(
         documents_as_json(&server)? == before,
         "the documents read differently after the upgrade"
@@ -180,8 +176,11 @@ fn sync_server_unit(container: &InstallContainer, debs: &[&PathBuf; 3]) -> Resul
     let first = container.wait_for_health()?;
     let owner = container.exec(&["stat", "-c", "%U", &format!("/proc/{first}")])?;
     ensure!(owner.trim() == SYNC_SERVER_USER, "the server runs as {}", owner.trim());
-    let tables = server.psql("sync", "\\pset tuples_only on\nSELECT count(*) FROM pg_tables WHERE tablename IN ('documents', 'automerge_repo_chunks');")?;
-    ensure!(tables.trim() == "2", "the server made {} of its two tables", tables.trim());
+    let tables = server.psql_value(
+        "sync",
+        "SELECT count(*) FROM pg_tables WHERE tablename IN ('documents', 'automerge_repo_chunks');",
+    )?;
+    ensure!(tables == "2", "the server made {} of its two tables", tables);
     // Supervised: killed, it is started again (Restart=on-failure).
     container.exec(&["systemctl", "kill", "--signal=SIGKILL", SYNC_SERVER_UNIT])?;
     let started = Instant::now();
@@ -411,8 +410,13 @@ fn health_answers(port: u16) -> bool {
 
 /// Every document of the upgrade's database as `jsonb` text, in key order.
 fn documents_as_json(server: &Server) -> Result<String> {
-    server.psql(
+    server.psql_value("upgraded", "SELECT name, doc::jsonb FROM sample_documents ORDER BY name;")
+}
+
+/// The extension's version in the upgrade's database.
+fn extension_version(server: &Server) -> Result<String> {
+    server.psql_value(
         "upgraded",
-        "\\pset tuples_only on\nSELECT name, doc::jsonb FROM sample_documents ORDER BY name;",
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_automerge';",
     )
 }

@@ -275,6 +275,15 @@ impl Server {
         Ok(output.text)
     }
 
+    /// The result of `query` alone (`psql -t -A`), trimmed; an error when psql fails.
+    pub fn psql_value(&self, database: &str, query: &str) -> Result<String> {
+        let output = self.psql_session(database, query, &["-v", "ON_ERROR_STOP=1", "-t", "-A"])?;
+        if !output.success {
+            bail!("psql failed:\n{}", output.text);
+        }
+        Ok(output.text.trim().to_string())
+    }
+
     /// Runs `script` through psql as a person would see it: results and errors interleaved
     /// in one stream, going on after errors.
     pub fn psql_session(&self, database: &str, script: &str, extra: &[&str]) -> Result<PsqlOutput> {
