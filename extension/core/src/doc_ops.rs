@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::io::Read;
 
-use automerge::ActorId;
+use automerge::{ActorId, ChangeHash};
 use smallvec::SmallVec;
 
 use crate::{chunk, leb128, Error};
@@ -103,6 +103,8 @@ pub(crate) fn corrupt(what: &str) -> Error {
 pub(crate) struct DocumentChunk<'a> {
     pub body: &'a [u8],
     pub actors: Vec<ActorId>,
+    /// The heads the save records, as stored (a load checks them against its changes).
+    pub heads: Vec<ChangeHash>,
     /// Where the operation columns' specs start in `body`: all before is the actors, the
     /// heads and the change columns' specs.
     pub op_specs_at: usize,
@@ -140,8 +142,11 @@ impl<'a> DocumentChunk<'a> {
             let len = uleb(&mut rest)?;
             actors.push(ActorId::from(take(&mut rest, len)?));
         }
-        let heads = uleb(&mut rest)?;
-        take(&mut rest, heads.saturating_mul(32))?;
+        let head_count = uleb(&mut rest)?;
+        let heads = take(&mut rest, head_count.saturating_mul(32))?
+            .chunks_exact(32)
+            .map(|hash| ChangeHash(hash.try_into().expect("32-byte chunks")))
+            .collect();
         let specs = |rest: &mut &'a [u8]| {
             let count = uleb(rest)?;
             let mut specs = Vec::new();
@@ -159,7 +164,7 @@ impl<'a> DocumentChunk<'a> {
         for (spec, len) in op_specs {
             op_columns.push((spec, take(&mut rest, len)?));
         }
-        Ok(DocumentChunk { body, actors, op_specs_at, change_data, op_columns, tail: rest })
+        Ok(DocumentChunk { body, actors, heads, op_specs_at, change_data, op_columns, tail: rest })
     }
 }
 

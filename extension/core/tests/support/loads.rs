@@ -13,13 +13,16 @@ use fixtures::wrong_changes::{
 };
 use pg_automerge_core::load::load_stored;
 use pg_automerge_core::settings::WriteSettings;
-use pg_automerge_core::{compaction, format, index_cache, json, json_reads, kept_json, writes};
+use pg_automerge_core::{
+    chunk, compaction, format, history, index_cache, json, json_reads, kept_json, writes,
+};
 use pg_automerge_core::{Error, ErrorKind};
 
 /// Whether `stored` holds the invariant: (a) its payload loads with a plain
 /// `Automerge::load`, as clients load it; (b) its kept JSON, if any, equals the loaded
 /// document's JSON; (c) the header's heads are the loaded heads, and a save of the loaded
-/// document loads again. `Err` says which part broke.
+/// document loads again; (d) history read from the stored value (without a load where the
+/// appended changes answer) is the loaded document's. `Err` says which part broke.
 pub fn check_loads(stored: &[u8]) -> Result<(), String> {
     let value =
         format::decode(stored).map_err(|err| format!("the value does not decode: {err}"))?;
@@ -44,6 +47,35 @@ pub fn check_loads(stored: &[u8]) -> Result<(), String> {
         .map_err(|_| "(c) saving the loaded document panicked".to_string())?;
     load(&saved)
         .map_err(|err| format!("(c) a save of the loaded document does not load: {err}"))?;
+    history_reads_match(&value, &loaded).map_err(|broken| format!("(d) {broken}"))
+}
+
+/// Whether the history reads of the stored `value` list what those of its `loaded`
+/// document list, in the same order: since nothing, the save's heads, the current heads
+/// and each appended change.
+fn history_reads_match(value: &format::StoredValue<'_>, loaded: &Automerge) -> Result<(), String> {
+    let (save, appended) = chunk::split_save(value.payload);
+    let save_heads = if save.is_empty() { Vec::new() } else { load(save)?.get_heads() };
+    let appended = chunk::parse_changes(appended).ok_or("appended changes do not parse")?;
+    let mut sinces = vec![Vec::new(), save_heads, loaded.get_heads()];
+    sinces.extend(appended.iter().map(|change| vec![change.hash()]));
+    for since in &sinces {
+        let stored = history::stored_changes(value, Some(since)).map_err(|e| e.to_string())?;
+        let from_load = history::changes(loaded, Some(since)).map_err(|e| e.to_string())?;
+        if stored != from_load {
+            return Err(format!("the changes since {since:?} are not the loaded document's"));
+        }
+        let stored = history::stored_catch_up(value, since).map_err(|e| e.to_string())?;
+        if stored != loaded.save_after(since) {
+            return Err(format!("the catch-up since {since:?} is not the loaded document's"));
+        }
+    }
+    for change in &appended {
+        let stored = history::stored_change(value, &change.hash()).map_err(|e| e.to_string())?;
+        if stored.as_deref() != Some(change.raw_bytes()) {
+            return Err(format!("the change {} is not the stored one", change.hash()));
+        }
+    }
     Ok(())
 }
 

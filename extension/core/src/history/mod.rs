@@ -1,14 +1,16 @@
 //! A document's history: its changes, whether it contains others, and what a client needs
 //! to catch up.
 
-use automerge::{Automerge, ChangeHash, ReadDoc};
+use automerge::{Automerge, Change, ChangeHash, ReadDoc};
 
 use crate::chunk::parse_changes;
-use crate::format::{header_contains, Header, Prefix};
+use crate::format::{header_contains, Header, Prefix, StoredValue};
 use crate::guard::no_panic;
 use crate::load::{has_all, load_client_bytes, load_stored};
 use crate::settings::LoadLimit;
 use crate::{estimate, heads, Error};
+
+mod appended;
 
 /// What a change says about itself, as `automerge_changes_meta` lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,24 +39,66 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
     heads::require_known(doc, since)?;
     let changes = no_panic(|| doc.get_changes(since)).map_err(Error::CorruptStoredValue)?;
     Ok(changes
-        .into_iter()
-        .inspect(|_change| {
+        .iter()
+        .inspect(|_| {
             crate::interrupts::check();
         })
-        .map(|change| ChangeInfo {
-            meta: ChangeMeta {
-                hash: change.hash().to_string(),
-                actor: change.actor_id().to_hex_string(),
-                seq: change.seq(),
-                start_op: change.start_op().get(),
-                op_count: change.len() as u64,
-                time_ms: change.timestamp(),
-                message: change.message().map(str::to_string),
-                deps: heads::to_hex(change.deps()),
-            },
-            bytes: change.raw_bytes().to_vec(),
-        })
+        .map(info)
         .collect())
+}
+
+/// What [`changes`] lists for the stored document `value`: read from the changes appended
+/// after its save, without a load, when `since` has the whole save (as a client that synced
+/// since the last save has); else from a load.
+pub fn stored_changes(
+    value: &StoredValue<'_>,
+    since: Option<&[ChangeHash]>,
+) -> Result<Vec<ChangeInfo>, Error> {
+    match appended::lacking(value, since.unwrap_or(&[])) {
+        Some(lacking) => Ok(lacking
+            .iter()
+            .inspect(|_| {
+                crate::interrupts::check();
+            })
+            .map(info)
+            .collect()),
+        None => changes(&load_stored(value)?, since),
+    }
+}
+
+/// What [`changes_meta`] lists for the stored document `value`, read as [`stored_changes`]
+/// reads it.
+pub fn stored_changes_meta(
+    value: &StoredValue<'_>,
+    since: Option<&[ChangeHash]>,
+) -> Result<Vec<ChangeMeta>, Error> {
+    match appended::lacking(value, since.unwrap_or(&[])) {
+        Some(lacking) => Ok(lacking
+            .iter()
+            .inspect(|_| {
+                crate::interrupts::check();
+            })
+            .map(meta)
+            .collect()),
+        None => changes_meta(&load_stored(value)?, since),
+    }
+}
+
+fn info(change: &Change) -> ChangeInfo {
+    ChangeInfo { meta: meta(change), bytes: change.raw_bytes().to_vec() }
+}
+
+fn meta(change: &Change) -> ChangeMeta {
+    ChangeMeta {
+        hash: change.hash().to_string(),
+        actor: change.actor_id().to_hex_string(),
+        seq: change.seq(),
+        start_op: change.start_op().get(),
+        op_count: change.len() as u64,
+        time_ms: change.timestamp(),
+        message: change.message().map(str::to_string),
+        deps: heads::to_hex(change.deps()),
+    }
 }
 
 /// The metadata of the changes [`changes`] lists, in the same order, without building each
@@ -88,6 +132,15 @@ pub fn changes_meta(
 pub fn change(doc: &Automerge, hash: &ChangeHash) -> Result<Option<Vec<u8>>, Error> {
     no_panic(|| doc.get_change_by_hash(hash).map(|change| change.raw_bytes().to_vec()))
         .map_err(Error::CorruptStoredValue)
+}
+
+/// [`change`] of the stored document `value`: an appended change without a load, any other
+/// from a load.
+pub fn stored_change(value: &StoredValue<'_>, hash: &ChangeHash) -> Result<Option<Vec<u8>>, Error> {
+    match appended::find(value, hash) {
+        Some(change) => Ok(Some(change.raw_bytes().to_vec())),
+        None => change(&load_stored(value)?, hash),
+    }
 }
 
 /// Whether merging the stored document `other`, whose heads are `other_heads`, into the
@@ -138,6 +191,18 @@ pub fn has_changes<'a>(value: &impl Prefix<'a>, hashes: &[ChangeHash]) -> Result
 pub fn catch_up(doc: &Automerge, since: &[ChangeHash]) -> Result<Vec<u8>, Error> {
     heads::require_known(doc, since)?;
     no_panic(|| doc.save_after(since)).map_err(Error::CorruptStoredValue)
+}
+
+/// [`catch_up`] of the stored document `value`, read as [`stored_changes`] reads it: the
+/// lacking changes' bytes one after another, as `save_after` writes them.
+pub fn stored_catch_up(value: &StoredValue<'_>, since: &[ChangeHash]) -> Result<Vec<u8>, Error> {
+    match appended::lacking(value, since) {
+        Some(lacking) => Ok(lacking.iter().fold(Vec::new(), |mut bytes, change| {
+            bytes.extend_from_slice(change.raw_bytes());
+            bytes
+        })),
+        None => catch_up(&load_stored(value)?, since),
+    }
 }
 
 #[cfg(test)]
@@ -248,6 +313,58 @@ mod tests {
             contains_changes(&whole, b"not automerge", no_limit),
             Err(Error::NotAutomerge(_))
         ));
+    }
+
+    #[test]
+    fn changes_after_the_save_are_read_without_a_load() {
+        let (mut doc, first) = two_changes();
+        let settings = WriteSettings::UNLIMITED;
+        let mut stored = stored_from_client_bytes(&doc.save(), settings).unwrap();
+        let save_heads = doc.get_heads();
+        // One change on the save, then two concurrent ones on it: all three appended.
+        doc.put(ROOT, "c", 3_i64).unwrap();
+        let on_the_save = doc.get_changes(&save_heads)[0].clone();
+        let (mut ours, mut theirs) = (doc.fork(), doc.fork().with_actor(ActorId::from([7; 16])));
+        ours.put(ROOT, "d", 4_i64).unwrap();
+        theirs.put(ROOT, "e", 5_i64).unwrap();
+        let (our_change, their_change) = (
+            ours.get_last_local_change().unwrap().clone(),
+            theirs.get_last_local_change().unwrap().clone(),
+        );
+        let (ours, theirs) = (ours.get_heads(), theirs.get_heads());
+        for change in [on_the_save, our_change, their_change] {
+            stored = crate::writes::apply(&stored, change.raw_bytes(), settings).unwrap();
+        }
+        let value = crate::format::decode(&stored).unwrap();
+        assert_eq!(crate::chunk::changes_after_a_save(value.payload), Some(3), "all appended");
+        let loaded = load_stored(&value).unwrap();
+        for since in [&save_heads, &ours, &theirs, &value.summary.heads] {
+            assert!(appended::lacking(&value, since).is_some(), "{since:?} has the save");
+            assert_eq!(
+                stored_changes(&value, Some(since)).unwrap(),
+                changes(&loaded, Some(since)).unwrap()
+            );
+            assert_eq!(
+                stored_changes_meta(&value, Some(since)).unwrap(),
+                changes_meta(&loaded, Some(since)).unwrap()
+            );
+            assert_eq!(stored_catch_up(&value, since).unwrap(), catch_up(&loaded, since).unwrap());
+        }
+        assert_eq!(stored_changes(&value, Some(&ours)).unwrap().len(), 1, "theirs alone");
+        assert!(stored_changes(&value, Some(&value.summary.heads)).unwrap().is_empty());
+        // An older change, or nothing: only a load knows what the replica lacks.
+        assert!(appended::lacking(&value, &first).is_none());
+        assert!(appended::lacking(&value, &[]).is_none());
+        assert_eq!(stored_changes(&value, None).unwrap(), changes(&loaded, None).unwrap());
+        assert_eq!(stored_changes(&value, Some(&first)).unwrap().len(), 4);
+        let unknown = [ChangeHash([1; 32])];
+        assert!(matches!(stored_changes(&value, Some(&unknown)), Err(Error::UnknownHeads(_))));
+        assert_eq!(
+            stored_change(&value, &theirs[0]).unwrap(),
+            change(&loaded, &theirs[0]).unwrap()
+        );
+        assert_eq!(stored_change(&value, &first[0]).unwrap(), change(&loaded, &first[0]).unwrap());
+        assert_eq!(stored_change(&value, &unknown[0]).unwrap(), None);
     }
 
     #[test]
