@@ -3,7 +3,7 @@
 //! themselves or their metadata, one change by its hash, and the bytes a client needs to
 //! catch up.
 
-use pg_automerge_core::{heads, history};
+use pg_automerge_core::{format, heads, history};
 use pgrx::prelude::*;
 
 use crate::datum::{DocHeader, LazyDoc, StoredDoc};
@@ -34,7 +34,8 @@ fn automerge_has_changes(doc: LazyDoc<'_>, heads: Vec<String>) -> bool {
 }
 
 /// Every change of the document in causal order or, given `since`, only those that a
-/// replica whose heads are `since` lacks.
+/// replica whose heads are `since` lacks: read from the changes appended since the last
+/// save, without a load, when `since` has the whole save (a client that synced since).
 // pgrx reads the result's column names from the `name!` types spelled out here: an alias
 // would hide them.
 #[allow(clippy::type_complexity)]
@@ -58,9 +59,9 @@ fn automerge_changes(
 > {
     const FUNCTION: &str = "automerge_changes";
     let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
-    let loaded = loading::load(&doc, FUNCTION);
+    let value = format::decode(doc.stored()).or_raise(FUNCTION);
     let since = since.map(|texts| loading::parse_heads(&texts, FUNCTION));
-    let changes = history::changes(&loaded, since.as_deref()).or_raise(FUNCTION);
+    let changes = history::stored_changes(&value, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|c| {
         let (m, bytes) = (c.meta, c.bytes);
         let (seq, start_op, op_count) = (m.seq as i64, m.start_op as i64, m.op_count as i64);
@@ -89,9 +90,9 @@ fn automerge_changes_meta(
 > {
     const FUNCTION: &str = "automerge_changes_meta";
     let Some(doc) = doc else { return TableIterator::new(Vec::new()) };
-    let loaded = loading::load(&doc, FUNCTION);
+    let value = format::decode(doc.stored()).or_raise(FUNCTION);
     let since = since.map(|texts| loading::parse_heads(&texts, FUNCTION));
-    let changes = history::changes_meta(&loaded, since.as_deref()).or_raise(FUNCTION);
+    let changes = history::stored_changes_meta(&value, since.as_deref()).or_raise(FUNCTION);
     TableIterator::new(changes.into_iter().map(|m| {
         let (seq, start_op, op_count) = (m.seq as i64, m.start_op as i64, m.op_count as i64);
         (m.hash, m.actor, seq, start_op, op_count, timestamp(m.time_ms), m.message, m.deps)
@@ -111,13 +112,14 @@ fn timestamp(time_ms: i64) -> TimestampWithTimeZone {
     })
 }
 
-/// The bytes of the change `hash`, or NULL when the document does not have it.
+/// The bytes of the change `hash`, or NULL when the document does not have it: a change
+/// appended since the last save is read without a load.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_get_change(doc: StoredDoc<'_>, hash: String) -> Option<Vec<u8>> {
     const FUNCTION: &str = "automerge_get_change";
     let hash = loading::parse_heads(std::slice::from_ref(&hash), FUNCTION);
-    let loaded = loading::load(&doc, FUNCTION);
-    history::change(&loaded, &hash[0]).or_raise(FUNCTION)
+    let value = format::decode(doc.stored()).or_raise(FUNCTION);
+    history::stored_change(&value, &hash[0]).or_raise(FUNCTION)
 }
 
 /// Whether merging `other` into `doc` would add nothing: `other`'s header alone is read, and
@@ -135,19 +137,21 @@ fn automerge_contains_changes(doc: LazyDoc<'_>, changes: &[u8]) -> bool {
         .or_raise("automerge_contains")
 }
 
-/// What a client whose heads are `since` loads (`loadIncremental`) to catch up.
+/// What a client whose heads are `since` loads (`loadIncremental`) to catch up: without a
+/// load when it has the whole last save, as [`automerge_changes`] reads it.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_save_since(doc: StoredDoc<'_>, since: Vec<String>) -> Vec<u8> {
     const FUNCTION: &str = "automerge_save_since";
-    let loaded = loading::load(&doc, FUNCTION);
+    let value = format::decode(doc.stored()).or_raise(FUNCTION);
     let since = loading::parse_heads(&since, FUNCTION);
-    history::catch_up(&loaded, &since).or_raise(FUNCTION)
+    history::stored_catch_up(&value, &since).or_raise(FUNCTION)
 }
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-    use automerge::Automerge;
+    use automerge::transaction::Transactable;
+    use automerge::{AutoCommit, Automerge, ReadDoc, ROOT};
     use pgrx::prelude::*;
 
     use crate::test_support::{hex_of, sample, sqlstate_of, with_samples};
@@ -216,6 +220,63 @@ mod tests {
         client.load_incremental(doc.get_changes(&[])[0].raw_bytes()).unwrap();
         client.load_incremental(&catch_up).unwrap();
         assert_eq!(client.get_heads(), doc.get_heads());
+    }
+
+    #[pg_test]
+    fn changes_since_the_last_save_are_read_without_a_load() {
+        let mut doc = AutoCommit::load(&sample("project").save()).unwrap();
+        let (oldest, saved) = (doc.get_changes(&[])[0].hash(), doc.get_heads());
+        Spi::run(&format!(
+            "CREATE TABLE notes (doc automerge); INSERT INTO notes VALUES ({})",
+            project_sql()
+        ))
+        .unwrap();
+        let mut appended = Vec::new();
+        for (key, value) in [("owner", "ana"), ("reviewer", "bo")] {
+            doc.put(ROOT, key, value).unwrap();
+            let change = doc.get_last_local_change().unwrap().clone();
+            Spi::run(&format!(
+                "UPDATE notes SET doc = doc || '\\x{}'::bytea",
+                hex_of(change.raw_bytes())
+            ))
+            .unwrap();
+            appended.push(change);
+        }
+        let [first, second] = [&appended[0], &appended[1]].map(|change| change.hash().to_string());
+        let saved = format!("ARRAY['{}']", saved[0]);
+        Spi::run("SELECT automerge_memory_reset()").unwrap();
+        let listed = Spi::get_one::<Vec<String>>(&format!(
+            "SELECT array_agg(hash) FROM notes, automerge_changes(doc, {saved})"
+        ));
+        assert_eq!(listed.unwrap(), Some(vec![first.clone(), second.clone()]));
+        let meta = Spi::get_one::<Vec<String>>(&format!(
+            "SELECT array_agg(hash) FROM notes, automerge_changes_meta(doc, ARRAY['{first}'])"
+        ));
+        assert_eq!(meta.unwrap(), Some(vec![second.clone()]));
+        let none = Spi::get_one::<i64>(
+            "SELECT count(*) FROM notes, automerge_changes(doc, automerge_heads(doc))",
+        );
+        assert_eq!(none.unwrap(), Some(0));
+        let catch_up = Spi::get_one::<Vec<u8>>(&format!(
+            "SELECT automerge_save_since(doc, {saved}) FROM notes"
+        ));
+        assert_eq!(
+            catch_up.unwrap(),
+            Some([appended[0].raw_bytes(), appended[1].raw_bytes()].concat())
+        );
+        let one = Spi::get_one::<Vec<u8>>(&format!(
+            "SELECT automerge_get_change(doc, '{second}') FROM notes"
+        ));
+        assert_eq!(one.unwrap(), Some(appended[1].raw_bytes().to_vec()));
+        let loads =
+            || Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()").unwrap().unwrap();
+        assert_eq!(loads(), 0, "every read above came from the appended changes");
+        // A replica that lacks part of the save: only a load can tell which changes.
+        let older = Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM notes, automerge_changes(doc, ARRAY['{oldest}'])"
+        ));
+        assert_eq!(older.unwrap(), Some(4));
+        assert_eq!(loads(), 1);
     }
 
     #[pg_test]
