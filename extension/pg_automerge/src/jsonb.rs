@@ -14,7 +14,7 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
 use pgrx::prelude::*;
 use pgrx::{pg_sys, IntoDatum, JsonB};
 
-use crate::datum::{LazyDoc, StoredDoc};
+use crate::datum::LazyDoc;
 use crate::errors::OrRaise;
 use crate::kept_json::{jsonb_from_text, kept_datum, JSONB};
 use crate::loading;
@@ -25,8 +25,13 @@ use crate::loading;
 /// is parsed; any other value is loaded.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn automerge_to_jsonb(doc: LazyDoc<'_>) -> JsonbOut<'_> {
+    let header = Header::read(&doc).or_raise("automerge_to_jsonb");
+    current_jsonb(doc, &header)
+}
+
+/// The document's current JSON, as [`automerge_to_jsonb`] reads it.
+fn current_jsonb<'a>(doc: LazyDoc<'a>, header: &Header) -> JsonbOut<'a> {
     const FUNCTION: &str = "automerge_to_jsonb";
-    let header = Header::read(&doc).or_raise(FUNCTION);
     match header.json(doc.prefix(header.json_end())).or_raise(FUNCTION) {
         Some(json) if json.layout == JsonLayout::Jsonb => {
             JsonbOut::Datum(kept_datum(&json).or_raise(FUNCTION))
@@ -78,12 +83,22 @@ unsafe impl BoxRet for JsonbOut<'_> {
     }
 }
 
-/// The document as it was when its heads were `heads`.
+/// The document as it was when its heads were `heads`: its current JSON, read as the cast
+/// reads it, when they are its heads; else from a load.
 #[pg_extern(immutable, strict, parallel_safe, name = "automerge_to_jsonb")]
-fn automerge_to_jsonb_at(doc: StoredDoc<'_>, heads: Vec<String>) -> JsonB {
-    let loaded = loading::load(&doc, "automerge_to_jsonb");
-    let heads = loading::known_heads(&loaded, &heads, "automerge_to_jsonb");
-    JsonB(json::document(&loaded, Some(&heads)).or_raise("automerge_to_jsonb"))
+fn automerge_to_jsonb_at(doc: LazyDoc<'_>, heads: Vec<String>) -> JsonbOut<'_> {
+    const FUNCTION: &str = "automerge_to_jsonb";
+    let header = Header::read(&doc).or_raise(FUNCTION);
+    let mut wanted = loading::parse_heads(&heads, FUNCTION);
+    wanted.sort();
+    wanted.dedup();
+    if wanted == header.summary.heads {
+        return current_jsonb(doc, &header);
+    }
+    let loaded = loading::load_bytes(doc.prefix(usize::MAX), FUNCTION);
+    let heads = loading::known_heads(&loaded, &heads, FUNCTION);
+    let json = json::document(&loaded, Some(&heads)).or_raise(FUNCTION);
+    JsonbOut::Text(Cow::Owned(json.to_string()))
 }
 
 extension_sql!(
@@ -173,6 +188,19 @@ mod tests {
             then.unwrap().unwrap().0,
             json!({"title": "Launch plan", "status": "draft", "priority": 2})
         );
+    }
+
+    #[pg_test]
+    fn the_document_at_its_own_heads_is_its_kept_json_without_a_load() {
+        with_samples();
+        Spi::run("SELECT automerge_memory_reset()").unwrap();
+        let differing = Spi::get_one::<i64>(
+            "SELECT count(*) FROM samples \
+             WHERE automerge_to_jsonb(doc, automerge_heads(doc)) IS DISTINCT FROM doc::jsonb",
+        );
+        assert_eq!(differing.unwrap(), Some(0));
+        let loads = Spi::get_one::<i64>("SELECT loads FROM automerge_memory_usage()");
+        assert_eq!(loads.unwrap(), Some(0));
     }
 
     #[pg_test]

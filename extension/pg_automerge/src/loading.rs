@@ -8,7 +8,12 @@ use crate::errors::OrRaise;
 
 /// The loaded document.
 pub fn load(doc: &StoredDoc<'_>, function: &'static str) -> automerge::Automerge {
-    let value = format::decode(doc.stored()).or_raise(function);
+    load_bytes(doc.stored(), function)
+}
+
+/// The document of the stored value `stored`, loaded.
+pub fn load_bytes(stored: &[u8], function: &'static str) -> automerge::Automerge {
+    let value = format::decode(stored).or_raise(function);
     load::load_stored(&value).or_raise(function)
 }
 
