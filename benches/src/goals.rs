@@ -15,8 +15,8 @@ use fixtures::generated::{Kind, Scale, Spec};
 use crate::figures::{bytes, duration};
 use crate::measurements::{client_load, find, Row, StorageMeasure, CLIENT_LOAD_COMPACTED};
 use crate::operations::{
-    CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS, INCREMENTAL_WRITE,
-    NESTED_PATH, READ_TITLE, TO_JSONB, UPSERT_FULL_SAVE,
+    CHANGES_SINCE_ITS_HEADS, CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS,
+    INCREMENTAL_WRITE, NESTED_PATH, READ_TITLE, TO_JSONB, UPSERT_FULL_SAVE,
 };
 use crate::{JSONB, JS_CLIENT, NAIVE, OURS};
 
@@ -116,9 +116,11 @@ pub fn goals(rows: &[Row], storage: &[StorageMeasure], scale: &str) -> Vec<Goal>
         });
     }
     let fixtures = Kind::ALL.map(|kind| history_fixture(kind, scale));
-    for (operation, read) in
-        [(HEADS, "`automerge_heads`"), (CHANGE_COUNT, "`automerge_change_count`")]
-    {
+    for (operation, read) in [
+        (HEADS, "`automerge_heads`"),
+        (CHANGE_COUNT, "`automerge_change_count`"),
+        (CHANGES_SINCE_ITS_HEADS, "`automerge_changes` since its heads"),
+    ] {
         for fixture in &fixtures {
             let (measured, met) =
                 match sql(operation, OURS, fixture).and_then(|r| Some((r.loads?, r.peak_bytes?))) {
@@ -392,6 +394,7 @@ mod tests {
             measured(TO_JSONB, NAIVE, 2e8, 30 << 20, 1),
             measured(HEADS, OURS, 1e5, 184, 0),
             measured(CHANGE_COUNT, OURS, 1e5, 184, 1),
+            measured(CHANGES_SINCE_ITS_HEADS, OURS, 1e6, 2048, 0),
             measured(UPSERT_FULL_SAVE, OURS, 1e8, 30 << 20, 2),
         ];
         let goals = goals(&rows, &[], "small");
@@ -406,6 +409,7 @@ mod tests {
         assert_eq!(find("`automerge_heads`", "rich-text-small"), Some(true));
         assert_eq!(find("`automerge_heads`", "map-list-small"), None);
         assert_eq!(find("`automerge_change_count`", "rich-text-small"), Some(false));
+        assert_eq!(find("`automerge_changes` since its heads", "rich-text-small"), Some(true));
         assert_eq!(find("a small write", "rich-text-small"), None);
         assert_eq!(find("an upsert", "rich-text-small"), Some(false));
         assert_eq!(find("`doc->>'title'` against a `jsonb`", "rich-text-small"), None);

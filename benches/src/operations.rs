@@ -12,6 +12,8 @@ pub const EQUALITY: &str = "equality";
 pub const HASH: &str = "hash";
 pub const HAS_ITS_HEADS: &str = "has its heads";
 pub const HISTORY: &str = "history";
+/// `automerge_changes` since the document's heads, as a client that is up to date asks.
+pub const CHANGES_SINCE_ITS_HEADS: &str = "changes since its heads";
 pub const SPANS: &str = "spans";
 pub const MERGE_AGG: &str = "merge_agg";
 pub const INCREMENTAL_WRITE: &str = "incremental write";

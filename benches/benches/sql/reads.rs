@@ -2,8 +2,8 @@
 //! jsonb counterpart.
 
 use benches::operations::{
-    CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS, HISTORY, MERGE_AGG,
-    NESTED_PATH, READ_TITLE, SPANS, TO_JSONB,
+    CHANGES_SINCE_ITS_HEADS, CHANGE_COUNT, CONTAINMENT, EQUALITY, HASH, HAS_ITS_HEADS, HEADS,
+    HISTORY, MERGE_AGG, NESTED_PATH, READ_TITLE, SPANS, TO_JSONB,
 };
 use benches::{configure, record_memory, selected, Author, Fixture, JSONB};
 use criterion::measurement::WallTime;
@@ -35,7 +35,7 @@ enum Param {
     Title,
 }
 
-const READS: [Read; 12] = [
+const READS: [Read; 13] = [
     Read {
         group: READ_TITLE,
         automerge: "SELECT doc->>'title' FROM {docs} WHERE name = $1",
@@ -117,6 +117,16 @@ const READS: [Read; 12] = [
         automerge: "SELECT count(*) FROM {docs}, automerge_changes(doc) WHERE name = $1",
         naive: false,
         jsonb: None,
+        param: Param::Name,
+        texts_only: false,
+    },
+    Read {
+        group: CHANGES_SINCE_ITS_HEADS,
+        // What a client that synced since the last save asks: read from the changes
+        // appended after the save (none here), without a load.
+        automerge: "SELECT count(*) FROM {docs}, automerge_changes(doc, automerge_heads(doc)) WHERE name = $1",
+        naive: false,
+        jsonb: Some(ROW_LOOKUP),
         param: Param::Name,
         texts_only: false,
     },
