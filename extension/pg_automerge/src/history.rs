@@ -236,7 +236,7 @@ mod tests {
             doc.put(ROOT, key, value).unwrap();
             let change = doc.get_last_local_change().unwrap().clone();
             Spi::run(&format!(
-                "UPDATE notes SET doc = doc || '\\x{}'::bytea",
+                "UPDATE notes SET doc = doc || '{}'::bytea",
                 hex_of(change.raw_bytes())
             ))
             .unwrap();
