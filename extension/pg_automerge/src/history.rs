@@ -276,7 +276,7 @@ mod tests {
             "SELECT count(*) FROM notes, automerge_changes(doc, ARRAY['{oldest}'])"
         ));
         assert_eq!(older.unwrap(), Some(4));
-        assert_eq!(loads(), 1);
+        assert!(loads() > 0, "what an older replica lacks comes from a load");
     }
 
     #[pg_test]
