@@ -38,13 +38,7 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
     let since = since.unwrap_or(&[]);
     heads::require_known(doc, since)?;
     let changes = no_panic(|| doc.get_changes(since)).map_err(Error::CorruptStoredValue)?;
-    Ok(changes
-        .iter()
-        .inspect(|_| {
-            crate::interrupts::check();
-        })
-        .map(info)
-        .collect())
+    Ok(listed(&changes, info))
 }
 
 /// What [`changes`] lists for the stored document `value`: read from the changes appended
@@ -55,13 +49,7 @@ pub fn stored_changes(
     since: Option<&[ChangeHash]>,
 ) -> Result<Vec<ChangeInfo>, Error> {
     match appended::lacking(value, since.unwrap_or(&[])) {
-        Some(lacking) => Ok(lacking
-            .iter()
-            .inspect(|_| {
-                crate::interrupts::check();
-            })
-            .map(info)
-            .collect()),
+        Some(lacking) => Ok(listed(&lacking, info)),
         None => changes(&load_stored(value)?, since),
     }
 }
@@ -73,15 +61,20 @@ pub fn stored_changes_meta(
     since: Option<&[ChangeHash]>,
 ) -> Result<Vec<ChangeMeta>, Error> {
     match appended::lacking(value, since.unwrap_or(&[])) {
-        Some(lacking) => Ok(lacking
-            .iter()
-            .inspect(|_| {
-                crate::interrupts::check();
-            })
-            .map(meta)
-            .collect()),
+        Some(lacking) => Ok(listed(&lacking, meta)),
         None => changes_meta(&load_stored(value)?, since),
     }
+}
+
+/// Each change as `row` makes it, heeding a cancel between changes.
+fn listed<T>(changes: &[Change], row: fn(&Change) -> T) -> Vec<T> {
+    changes
+        .iter()
+        .inspect(|_| {
+            crate::interrupts::check();
+        })
+        .map(row)
+        .collect()
 }
 
 fn info(change: &Change) -> ChangeInfo {
