@@ -151,7 +151,7 @@ fn automerge_save_since(doc: StoredDoc<'_>, since: Vec<String>) -> Vec<u8> {
 #[pg_schema]
 mod tests {
     use automerge::transaction::Transactable;
-    use automerge::{AutoCommit, Automerge, ReadDoc, ROOT};
+    use automerge::{AutoCommit, Automerge, ROOT};
     use pgrx::prelude::*;
 
     use crate::test_support::{hex_of, sample, sqlstate_of, with_samples};

@@ -12,7 +12,7 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable,
 };
 use pgrx::prelude::*;
-use pgrx::{pg_sys, IntoDatum, JsonB};
+use pgrx::{pg_sys, IntoDatum};
 
 use crate::datum::LazyDoc;
 use crate::errors::OrRaise;
