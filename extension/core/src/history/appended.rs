@@ -96,7 +96,8 @@ pub(super) fn lacking(value: &StoredValue<'_>, since: &[ChangeHash]) -> Option<V
 }
 
 /// The appended change whose hash is `hash`; `None` when no appended change has it (the
-/// save may).
+/// save may). Neither the save's heads nor the order a load applies them in matter here.
 pub(super) fn find(value: &StoredValue<'_>, hash: &ChangeHash) -> Option<Change> {
-    split(value)?.1.into_iter().find(|change| change.hash() == *hash)
+    let (_save, appended) = split_save(value.payload);
+    parse_changes(appended)?.into_iter().find(|change| change.hash() == *hash)
 }

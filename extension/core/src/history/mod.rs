@@ -67,9 +67,9 @@ pub fn stored_changes_meta(
 }
 
 /// Each change as `row` makes it, heeding a cancel between changes.
-fn listed<T>(changes: &[Change], row: fn(&Change) -> T) -> Vec<T> {
+fn listed<C, T>(changes: impl IntoIterator<Item = C>, row: impl FnMut(C) -> T) -> Vec<T> {
     changes
-        .iter()
+        .into_iter()
         .inspect(|_| {
             crate::interrupts::check();
         })
@@ -103,22 +103,16 @@ pub fn changes_meta(
     let since = since.unwrap_or(&[]);
     heads::require_known(doc, since)?;
     let changes = no_panic(|| doc.get_changes_meta(since)).map_err(Error::CorruptStoredValue)?;
-    Ok(changes
-        .into_iter()
-        .inspect(|_change| {
-            crate::interrupts::check();
-        })
-        .map(|change| ChangeMeta {
-            hash: change.hash.to_string(),
-            actor: change.actor.to_hex_string(),
-            seq: change.seq,
-            start_op: change.start_op,
-            op_count: (change.max_op + 1).saturating_sub(change.start_op),
-            time_ms: change.timestamp,
-            message: change.message.map(|m| m.into_owned()),
-            deps: heads::to_hex(&change.deps),
-        })
-        .collect())
+    Ok(listed(changes, |change| ChangeMeta {
+        hash: change.hash.to_string(),
+        actor: change.actor.to_hex_string(),
+        seq: change.seq,
+        start_op: change.start_op,
+        op_count: (change.max_op + 1).saturating_sub(change.start_op),
+        time_ms: change.timestamp,
+        message: change.message.map(|m| m.into_owned()),
+        deps: heads::to_hex(&change.deps),
+    }))
 }
 
 /// The bytes of the change `hash`, when `doc` has it.
