@@ -8,8 +8,8 @@
 
 use automerge::{Automerge, LoadOptions, ReadDoc, VerificationMode};
 use benches::load_phases::{
-    self, CHANGES, HASHES, INFLATED, JSON, KEPT_JSON, OP_PASS, STREAMED, STRUCTURE, UNCHECKED,
-    UNCOMPRESSED, WHOLE,
+    self, CHANGES, HASHES, INFLATED, JSON, KEPT_JSON, OP_PASS, OWNERS, STREAMED, STRUCTURE,
+    UNCHECKED, UNCOMPRESSED, WHOLE,
 };
 use benches::{
     configure, criterion, fixtures, js_fixtures, record_peak, record_storage, selected, Fixture,
@@ -21,7 +21,7 @@ use pg_automerge_core::kept_json::TextJson;
 use pg_automerge_core::memory::{self, CountingAllocator};
 use pg_automerge_core::settings::WriteSettings;
 use pg_automerge_core::structure::Structure;
-use pg_automerge_core::{estimate, json, json_reads, writes};
+use pg_automerge_core::{estimate, json, json_reads, op_owners, writes};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -42,7 +42,7 @@ struct Input {
 type Work = fn(&Input) -> Box<dyn std::any::Any>;
 
 /// What each phase of [`load_phases::PHASES`] runs.
-const WORK: [(&str, Work); 11] = [
+const WORK: [(&str, Work); 12] = [
     (WHOLE, |i| Box::new(Automerge::load(&i.save).unwrap())),
     (UNCHECKED, |i| {
         let options = LoadOptions::new().verification_mode(VerificationMode::DontCheck);
@@ -60,6 +60,10 @@ const WORK: [(&str, Work); 11] = [
         Box::new(ops.iter().map(|op| op.unwrap().id.0).fold(0, u64::max))
     }),
     (STRUCTURE, |i| Box::new(Structure::of_save(&i.save).unwrap())),
+    (OWNERS, |i| {
+        op_owners::check(&i.save).unwrap();
+        Box::new(())
+    }),
     (JSON, |i| Box::new(json::document(&i.doc, None).unwrap())),
     (KEPT_JSON, |i| Box::new(json_reads::kept(&i.stored, &TextJson).unwrap())),
 ];

@@ -15,11 +15,12 @@ pub const STREAMED: &str = "columns streamed: inflate and count rows";
 pub const INFLATED: &str = "op columns inflated";
 pub const OP_PASS: &str = "op column pass: every row decoded";
 pub const STRUCTURE: &str = "structure index from the columns";
+pub const OWNERS: &str = "op owners: every op in one change";
 pub const JSON: &str = "JSON walk of the loaded document";
 pub const KEPT_JSON: &str = "kept JSON read";
 
 /// Every phase, in the report's order, with what it measures.
-pub const PHASES: [(&str, &str); 11] = [
+pub const PHASES: [(&str, &str); 12] = [
     (WHOLE, "`Automerge::load` of the save: what a read or write that loads pays"),
     (
         UNCHECKED,
@@ -57,6 +58,12 @@ pub const PHASES: [(&str, &str); 11] = [
         STRUCTURE,
         "`Structure::of_save`: that pass building the structure index (every object, map \
          key and sequence element, tombstones included)",
+    ),
+    (
+        OWNERS,
+        "`op_owners::check`: that pass giving every op and implied deletion its change by \
+         its counter, then the ids sorted per change and checked for holes and repeats; what \
+         storing a client's save adds to its load since 0.6.0",
     ),
     (
         JSON,

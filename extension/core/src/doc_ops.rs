@@ -19,7 +19,7 @@ use crate::{chunk, leb128, Error};
 
 /// Column specifications of a document's operation columns: id << 4 | type (the deflate
 /// bit cleared).
-pub(crate) mod spec {
+pub mod spec {
     pub const OBJ_ACTOR: u32 = 1;
     pub const OBJ_COUNTER: u32 = 2;
     pub const KEY_ACTOR: u32 = 0x11;
@@ -34,6 +34,7 @@ pub(crate) mod spec {
     pub const SUCC_COUNT: u32 = 0x80;
     pub const SUCC_ACTOR: u32 = 0x81;
     pub const SUCC_COUNTER: u32 = 0x83;
+    pub const EXPAND: u32 = 0x94;
     pub const MARK_NAME: u32 = 0xa5;
     pub const DEFLATE: u32 = 0b1000;
 }
@@ -74,8 +75,11 @@ pub enum RawValue<'a> {
     Bytes(&'a [u8]),
     Counter(i64),
     Timestamp(i64),
-    /// A value type of a later Automerge.
-    Unknown,
+    /// A value type of a later Automerge: its type code and bytes.
+    Unknown {
+        type_code: u8,
+        bytes: &'a [u8],
+    },
 }
 
 /// One row of the operation columns.
@@ -89,6 +93,8 @@ pub struct RawOp<'a> {
     pub action: u64,
     pub value: RawValue<'a>,
     pub succ: SmallVec<[RawOpId; 2]>,
+    /// Whether a mark expands over text inserted at its edges.
+    pub expand: bool,
     /// Set on the operation that begins a mark.
     pub mark_name: Option<&'a str>,
 }
@@ -100,7 +106,7 @@ pub(crate) fn corrupt(what: &str) -> Error {
 /// A document chunk split into its sections, each borrowed as stored: what reading its
 /// operations ([`DocumentOps`]) and writing one of its columns anew
 /// ([`doc_rewrite`](crate::doc_rewrite)) both start from.
-pub(crate) struct DocumentChunk<'a> {
+pub struct DocumentChunk<'a> {
     pub body: &'a [u8],
     pub actors: Vec<ActorId>,
     /// The heads the save records, as stored (a load checks them against its changes).
@@ -110,6 +116,8 @@ pub(crate) struct DocumentChunk<'a> {
     pub op_specs_at: usize,
     /// The change columns' data.
     pub change_data: &'a [u8],
+    /// Each change column's spec (its deflate bit as stored) and data, within `change_data`.
+    pub change_columns: Vec<(u32, &'a [u8])>,
     /// Each operation column's spec (its deflate bit as stored) and data.
     pub op_columns: Vec<(u32, &'a [u8])>,
     /// What follows the columns (the heads' change indexes).
@@ -118,7 +126,7 @@ pub(crate) struct DocumentChunk<'a> {
 
 impl<'a> DocumentChunk<'a> {
     /// The sections of the document chunk that `save` starts with.
-    pub(crate) fn split(save: &'a [u8]) -> Result<DocumentChunk<'a>, Error> {
+    pub fn split(save: &'a [u8]) -> Result<DocumentChunk<'a>, Error> {
         let (chunk_type, body, _) = chunk::split_first(save)?;
         if chunk_type != chunk::DOCUMENT {
             return Err(corrupt("not a document chunk"));
@@ -160,11 +168,25 @@ impl<'a> DocumentChunk<'a> {
         let op_specs_at = body.len() - rest.len();
         let op_specs = specs(&mut rest)?;
         let change_data = take(&mut rest, change_specs.iter().map(|(_, len)| len).sum())?;
+        let mut change_rest = change_data;
+        let mut change_columns = Vec::with_capacity(change_specs.len());
+        for (spec, len) in change_specs {
+            change_columns.push((spec, take(&mut change_rest, len)?));
+        }
         let mut op_columns = Vec::with_capacity(op_specs.len());
         for (spec, len) in op_specs {
             op_columns.push((spec, take(&mut rest, len)?));
         }
-        Ok(DocumentChunk { body, actors, heads, op_specs_at, change_data, op_columns, tail: rest })
+        Ok(DocumentChunk {
+            body,
+            actors,
+            heads,
+            op_specs_at,
+            change_data,
+            change_columns,
+            op_columns,
+            tail: rest,
+        })
     }
 }
 
@@ -218,6 +240,7 @@ impl<'a> DocumentOps<'a> {
             succ_count: Rle::new(self.column(spec::SUCC_COUNT)),
             succ_actor: Rle::new(self.column(spec::SUCC_ACTOR)),
             succ_counter: Delta::new(self.column(spec::SUCC_COUNTER)),
+            expand: Booleans::new(self.column(spec::EXPAND)),
             mark_name: Rle::new(self.column(spec::MARK_NAME)),
             actors: self.actors.len(),
             failed: false,
@@ -227,7 +250,7 @@ impl<'a> DocumentOps<'a> {
 }
 
 /// A column's data, inflated when its spec says it is deflated.
-pub(crate) fn inflate(spec: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Error> {
+pub fn inflate(spec: u32, data: &[u8]) -> Result<Cow<'_, [u8]>, Error> {
     if spec & spec::DEFLATE == 0 {
         return Ok(Cow::Borrowed(data));
     }
@@ -253,6 +276,7 @@ struct Rows<'a> {
     succ_count: Rle<'a, u64>,
     succ_actor: Rle<'a, u64>,
     succ_counter: Delta<'a>,
+    expand: Booleans<'a>,
     mark_name: Rle<'a, &'a str>,
     actors: usize,
     failed: bool,
@@ -304,8 +328,9 @@ impl<'a> Rows<'a> {
             let (actor, counter) = (self.succ_actor.next()?.flatten(), self.succ_counter.next()?);
             succ.push(self.op_id(counter.flatten(), actor)?.ok_or_else(|| corrupt("a succ"))?);
         }
+        let expand = self.expand.next()?;
         let mark_name = self.mark_name.next()?.flatten();
-        Ok(Some(RawOp { obj, key, id, insert, action, value, succ, mark_name }))
+        Ok(Some(RawOp { obj, key, id, insert, action, value, succ, expand, mark_name }))
     }
 
     fn op_id(&self, counter: Option<u64>, actor: Option<u64>) -> Result<Option<RawOpId>, Error> {
@@ -341,13 +366,13 @@ impl<'a> Rows<'a> {
             7 => RawValue::Bytes(raw),
             8 => RawValue::Counter(signed()?),
             9 => RawValue::Timestamp(signed()?),
-            _ => RawValue::Unknown,
+            type_code => RawValue::Unknown { type_code: type_code as u8, bytes: raw },
         })
     }
 }
 
 /// A value of a run-length encoded column.
-pub(crate) trait RleValue<'a>: Sized + Copy {
+pub trait RleValue<'a>: Sized + Copy {
     fn read(data: &mut &'a [u8]) -> Option<Self>;
 }
 
@@ -385,18 +410,20 @@ enum Run<T> {
 
 /// A run-length encoded column (see `estimate::columns::rle_rows`): `next` gives
 /// `Some(None)` for a null row and `None` past the end.
-pub(crate) struct Rle<'a, T> {
+pub struct Rle<'a, T> {
     data: &'a [u8],
     run: Run<T>,
     left: u64,
 }
 
 impl<'a, T: RleValue<'a>> Rle<'a, T> {
-    pub(crate) fn new(data: &'a [u8]) -> Self {
+    pub fn new(data: &'a [u8]) -> Self {
         Rle { data, run: Run::Null, left: 0 }
     }
 
-    pub(crate) fn next(&mut self) -> Result<Option<Option<T>>, Error> {
+    // Not `Iterator::next`: a row can fail to decode.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Option<T>>, Error> {
         if self.left == 0 {
             if self.data.is_empty() {
                 return Ok(None);
@@ -426,17 +453,19 @@ impl<'a, T: RleValue<'a>> Rle<'a, T> {
 }
 
 /// A delta-encoded column: run-length encoded differences from the row before.
-struct Delta<'a> {
+pub struct Delta<'a> {
     deltas: Rle<'a, i64>,
     last: i64,
 }
 
 impl<'a> Delta<'a> {
-    fn new(data: &'a [u8]) -> Self {
+    pub fn new(data: &'a [u8]) -> Self {
         Delta { deltas: Rle::new(data), last: 0 }
     }
 
-    fn next(&mut self) -> Result<Option<Option<u64>>, Error> {
+    // Not `Iterator::next`: a row can fail to decode.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Option<u64>>, Error> {
         Ok(match self.deltas.next()? {
             None => None,
             Some(None) => Some(None),

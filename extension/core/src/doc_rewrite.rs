@@ -61,20 +61,20 @@ pub fn with_mark_name_at(save: &[u8], row: usize, name: &str) -> Result<Vec<u8>,
     Ok(chunk::framed(chunk::DOCUMENT, &body))
 }
 
-/// A run-length encoded string column, as Automerge writes one: a run of nulls as 0 and
-/// its length, a value repeated as its count and the value, other values as minus their
-/// count and each.
-fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
+/// A run-length encoded column, as Automerge writes one (canonically: its loader refuses
+/// other encodings of operation columns): a run of nulls as 0 and its length, a value
+/// repeated as its count and the value, other values as minus their count and each,
+/// written by `write`.
+pub fn rle<T: PartialEq + Copy>(values: &[Option<T>], write: impl Fn(&mut Vec<u8>, T)) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut literals: Vec<&str> = Vec::new();
-    let flush = |out: &mut Vec<u8>, literals: &mut Vec<&str>| {
+    let mut literals: Vec<T> = Vec::new();
+    let flush = |out: &mut Vec<u8>, literals: &mut Vec<T>| {
         if literals.is_empty() {
             return;
         }
         leb128::write_sleb(out, -(literals.len() as i64));
         for value in literals.drain(..) {
-            leb128::write_uleb(out, value.len() as u64);
-            out.extend_from_slice(value.as_bytes());
+            write(out, value);
         }
     };
     let mut at = 0;
@@ -89,8 +89,7 @@ fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
             Some(value) if run > 1 => {
                 flush(&mut out, &mut literals);
                 leb128::write_sleb(&mut out, run as i64);
-                leb128::write_uleb(&mut out, value.len() as u64);
-                out.extend_from_slice(value.as_bytes());
+                write(&mut out, value);
             }
             Some(value) => literals.push(value),
         }
@@ -98,6 +97,48 @@ fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
     }
     flush(&mut out, &mut literals);
     out
+}
+
+/// A delta column: the run-length encoded differences from the value before (nulls leave
+/// the value before as it was).
+pub fn delta(values: impl IntoIterator<Item = Option<i64>>) -> Vec<u8> {
+    let mut last = 0i64;
+    let deltas: Vec<Option<i64>> = values
+        .into_iter()
+        .map(|value| {
+            value.map(|value| {
+                let difference = value.wrapping_sub(last);
+                last = value;
+                difference
+            })
+        })
+        .collect();
+    rle(&deltas, leb128::write_sleb)
+}
+
+/// A boolean column: alternating counts of falses and trues, falses first.
+pub fn booleans(values: impl IntoIterator<Item = bool>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut current, mut count) = (false, 0u64);
+    for value in values {
+        if value != current {
+            leb128::write_uleb(&mut out, count);
+            (current, count) = (value, 0);
+        }
+        count += 1;
+    }
+    if count > 0 {
+        leb128::write_uleb(&mut out, count);
+    }
+    out
+}
+
+/// A string column (see [`rle`]).
+fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
+    rle(values, |out, value| {
+        leb128::write_uleb(out, value.len() as u64);
+        out.extend_from_slice(value.as_bytes());
+    })
 }
 
 #[cfg(test)]

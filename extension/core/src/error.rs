@@ -20,6 +20,11 @@ pub enum Error {
     #[error("the changes would store a document that Automerge cannot load again")]
     BreaksLoadRule(crate::rules::Broken),
 
+    /// A save whose operations are not the operations of its changes (see
+    /// [`op_owners`](crate::op_owners)).
+    #[error("the save's operations are not those of its changes: {0}")]
+    SaveNotItsChanges(String),
+
     #[error("the documents cannot be merged: {0}")]
     CannotMerge(String),
 
@@ -145,6 +150,7 @@ impl Error {
             | Error::MissingDependencies(_)
             | Error::MissingDependenciesOnApply(_)
             | Error::BreaksLoadRule(_)
+            | Error::SaveNotItsChanges(_)
             | Error::ReusedSeq { .. } => ErrorKind::InvalidBinary,
             Error::InvalidParameter(_) | Error::UnknownHeads(_) | Error::PathNotFound(_) => {
                 ErrorKind::InvalidParameter
@@ -190,6 +196,10 @@ impl Error {
             Error::BreaksLoadRule(_) => Some(
                 "The document is unchanged. No Automerge library makes such a change: the \
                  client sent crafted or damaged bytes.",
+            ),
+            Error::SaveNotItsChanges(_) => Some(
+                "No Automerge library saves such a document, and @automerge/automerge refuses \
+                 or misreads it: the client sent crafted or damaged bytes.",
             ),
             Error::MissingDependenciesOnApply(_) => {
                 Some("Send the missing changes with these, or a full save; the document is unchanged.")

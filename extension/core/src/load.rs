@@ -9,22 +9,24 @@ use automerge::{Automerge, AutomergeError, ChangeHash, LoadOptions, OnPartialLoa
 use crate::chunk::{parse_changes, split_save};
 use crate::format::StoredValue;
 use crate::guard::no_panic;
-use crate::{integrity, memory, Error};
+use crate::{integrity, memory, op_owners, Error};
 
 /// Loads what a client sent: a `save()`, an incremental save, encoded changes, or any
 /// concatenation of them. Empty input is the empty document. The input must be
 /// self-contained: a change whose dependencies are absent is refused rather than queued,
 /// because saving a document drops queued changes. A leading save is checked by
-/// Automerge's loader; the changes after it are applied and checked by
-/// [`integrity`], so that what is stored loads again.
+/// Automerge's loader and by [`op_owners`] (its operations are its changes'); the changes
+/// after it are applied and checked by [`integrity`], so that what is stored loads again.
 pub fn load_client_bytes(bytes: &[u8]) -> Result<Automerge, Error> {
     let (save, changes) = split_save(bytes);
     let mut doc = if save.is_empty() {
         Automerge::new()
     } else {
-        memory::timed_load(|| no_panic(|| Automerge::load(save)))
+        let doc = memory::timed_load(|| no_panic(|| Automerge::load(save)))
             .map_err(Error::NotAutomerge)?
-            .map_err(|err| Error::NotAutomerge(err.to_string()))?
+            .map_err(|err| Error::NotAutomerge(err.to_string()))?;
+        op_owners::check(save)?;
+        doc
     };
     apply_to(&mut doc, changes).map_err(|err| match err {
         Error::MissingDependenciesOnApply(missing) => Error::MissingDependencies(missing),
