@@ -92,13 +92,22 @@ impl TestFlags {
         }
         // The core tests wrote a sample of the values they accepted (issue 14).
         if runs(TestStep::Node) {
+            // The payloads that extension/core/tests/wrong_changes.rs accepted load in JS.
             if let Some(samples) =
                 step("Node.js: accepted samples load in @automerge/automerge", || {
-                    node_loads_accepted_samples(sh)
+                    node_checks_written(sh, "load-samples.mjs", "accepted-samples")
                 })?
             {
                 summary.push(format!("Node.js: accepted samples {samples}"));
                 total += samples;
+            }
+            // The saves extension/core/tests/crafted_saves.rs refused are unsound in JS too.
+            if let Some(crafted) = step(
+                "Node.js: @automerge/automerge refuses or misreads the crafted saves we refuse",
+                || node_checks_written(sh, "crafted-saves.mjs", "crafted-saves"),
+            )? {
+                summary.push(format!("Node.js: crafted saves {crafted}"));
+                total += crafted;
             }
             // What the JS library makes that the core tests hold pg_automerge to.
             if let Some(fixtures) =
@@ -118,6 +127,12 @@ impl TestFlags {
                 })?;
             summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
             total += estimate;
+            let rebuilt = step(
+                "history rebuilt without a load, against a load (release, medium and JS-made)",
+                || rebuilt_history(sh),
+            )?;
+            summary.push(format!("history rebuilt as a load lists it: {rebuilt}"));
+            total += rebuilt;
         }
 
         for major in self.pg.majors() {
@@ -307,17 +322,16 @@ fn pgrx_tests(sh: &Shell, major: PgMajor) -> Result<Counts> {
     counted(pgrx)
 }
 
-/// Loads the payloads that `extension/core/tests/wrong_changes.rs` accepted and wrote to
-/// `target/accepted-samples/` with `@automerge/automerge` (examples/node-client/
-/// load-samples.mjs): one pass for the whole sample, or a failure. `None` without Node.js.
-fn node_loads_accepted_samples(sh: &Shell) -> Result<Option<Counts>> {
+/// Runs `script` of examples/node-client over the directory `dir` (under target/) that a
+/// core test wrote: one pass for the whole directory, or a failure. `None` without Node.js.
+fn node_checks_written(sh: &Shell, script: &str, dir: &str) -> Result<Option<Counts>> {
     if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
-        note("Node.js is not installed: the accepted samples are not loaded in JS");
+        note(format!("Node.js is not installed: {script} does not run"));
         return Ok(None);
     }
-    let samples = project_root().join("target/accepted-samples");
+    let dir = project_root().join("target").join(dir);
     let _dir = sh.push_dir("examples/node-client");
-    let passed = cmd!(sh, "node load-samples.mjs {samples}").run().is_ok();
+    let passed = cmd!(sh, "node {script} {dir}").run().is_ok();
     Ok(Some(Counts { passed: usize::from(passed), failed: usize::from(!passed) }))
 }
 
@@ -365,13 +379,38 @@ fn estimate_peaks(sh: &Shell) -> Result<Counts> {
         .args(["realistic", "--", "--nocapture"])
         .env("ESTIMATE_PEAKS_SCALES", "small,medium")
         .current_dir(project_root());
-    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_ok() {
-        let dir = project_root().join("target/js-fixtures-small");
-        let script = project_root().join("examples/node-client/estimate-fixtures.mjs");
-        cmd!(sh, "node {script} {dir} 1000").quiet().run()?;
-        cargo.env("ESTIMATE_PEAKS_JS_FIXTURES", "target/js-fixtures-small");
+    if let Some(dir) = js_fixtures_small(sh)? {
+        cargo.env("ESTIMATE_PEAKS_JS_FIXTURES", dir);
     }
     counted(cargo)
+}
+
+/// The history rebuilt from a save's columns against a load's (tests/rebuilt_history.rs),
+/// in release, on the medium fixtures and the small ones `@automerge/automerge` makes.
+fn rebuilt_history(sh: &Shell) -> Result<Counts> {
+    let mut cargo = Command::new("cargo");
+    cargo
+        .args(["test", "--release", "-p", "pg_automerge_core", "--test", "rebuilt_history"])
+        .env("FIXTURE_SCALES", "small,medium")
+        .current_dir(project_root());
+    if let Some(dir) = js_fixtures_small(sh)? {
+        cargo.env("JS_FIXTURES", dir);
+    }
+    counted(cargo)
+}
+
+/// Small documents made by `@automerge/automerge` 3 (examples/node-client/
+/// estimate-fixtures.mjs), made now into target/js-fixtures-small, relative to the project
+/// root; `None` without Node.js.
+fn js_fixtures_small(sh: &Shell) -> Result<Option<&'static str>> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().ignore_stderr().run().is_err() {
+        note("Node.js is not installed: no documents made by @automerge/automerge");
+        return Ok(None);
+    }
+    let dir = project_root().join("target/js-fixtures-small");
+    let script = project_root().join("examples/node-client/estimate-fixtures.mjs");
+    cmd!(sh, "node {script} {dir} 1000").quiet().run()?;
+    Ok(Some("target/js-fixtures-small"))
 }
 
 /// Runs the SQL examples of README.md and docs/, then the insta snapshots of every
