@@ -119,10 +119,12 @@ fn benches(c: &mut Criterion) {
         "history",
         &histories,
         |f| (stored(f), f.save.clone()),
-        // Read from the stored value as the extension reads it: rebuilt from the save's
-        // columns, without a load.
         |(stored, _)| {
-            Box::new(history::stored_changes(&format::decode(stored).unwrap(), None).unwrap().len())
+            Box::new(
+                history::changes(&load_stored(&format::decode(stored).unwrap()).unwrap(), None)
+                    .unwrap()
+                    .len(),
+            )
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes(&[]).len()),
     );
@@ -142,8 +144,14 @@ fn benches(c: &mut Criterion) {
         &histories,
         |f| (stored(f), f.save.clone()),
         |(stored, _)| {
-            let value = format::decode(stored).unwrap();
-            Box::new(history::stored_changes_meta(&value, None).unwrap().len())
+            Box::new(
+                history::changes_meta(
+                    &load_stored(&format::decode(stored).unwrap()).unwrap(),
+                    None,
+                )
+                .unwrap()
+                .len(),
+            )
         },
         |(_, save)| Box::new(Automerge::load(save).unwrap().get_changes_meta(&[]).len()),
     );
@@ -153,7 +161,10 @@ fn benches(c: &mut Criterion) {
         &histories,
         middle,
         |(stored, _, hash)| {
-            Box::new(history::stored_change(&format::decode(stored).unwrap(), hash).unwrap())
+            Box::new(
+                history::change(&load_stored(&format::decode(stored).unwrap()).unwrap(), hash)
+                    .unwrap(),
+            )
         },
         |(_, save, hash)| Box::new(Automerge::load(save).unwrap().get_change_by_hash(hash)),
     );

@@ -127,12 +127,6 @@ impl TestFlags {
                 })?;
             summary.push(format!("load estimate within 1.0-1.5x of the peak: {estimate}"));
             total += estimate;
-            let rebuilt = step(
-                "history rebuilt without a load, against a load (release, medium and JS-made)",
-                || rebuilt_history(sh),
-            )?;
-            summary.push(format!("history rebuilt as a load lists it: {rebuilt}"));
-            total += rebuilt;
         }
 
         for major in self.pg.majors() {
@@ -381,20 +375,6 @@ fn estimate_peaks(sh: &Shell) -> Result<Counts> {
         .current_dir(project_root());
     if let Some(dir) = js_fixtures_small(sh)? {
         cargo.env("ESTIMATE_PEAKS_JS_FIXTURES", dir);
-    }
-    counted(cargo)
-}
-
-/// The history rebuilt from a save's columns against a load's (tests/rebuilt_history.rs),
-/// in release, on the medium fixtures and the small ones `@automerge/automerge` makes.
-fn rebuilt_history(sh: &Shell) -> Result<Counts> {
-    let mut cargo = Command::new("cargo");
-    cargo
-        .args(["test", "--release", "-p", "pg_automerge_core", "--test", "rebuilt_history"])
-        .env("FIXTURE_SCALES", "small,medium")
-        .current_dir(project_root());
-    if let Some(dir) = js_fixtures_small(sh)? {
-        cargo.env("JS_FIXTURES", dir);
     }
     counted(cargo)
 }

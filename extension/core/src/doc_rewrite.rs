@@ -116,23 +116,6 @@ pub fn delta(values: impl IntoIterator<Item = Option<i64>>) -> Vec<u8> {
     rle(&deltas, leb128::write_sleb)
 }
 
-/// A boolean column: alternating counts of falses and trues, falses first.
-pub fn booleans(values: impl IntoIterator<Item = bool>) -> Vec<u8> {
-    let mut out = Vec::new();
-    let (mut current, mut count) = (false, 0u64);
-    for value in values {
-        if value != current {
-            leb128::write_uleb(&mut out, count);
-            (current, count) = (value, 0);
-        }
-        count += 1;
-    }
-    if count > 0 {
-        leb128::write_uleb(&mut out, count);
-    }
-    out
-}
-
 /// A string column (see [`rle`]).
 fn rle_strings(values: &[Option<&str>]) -> Vec<u8> {
     rle(values, |out, value| {

@@ -25,7 +25,7 @@ fn split(value: &StoredValue<'_>) -> Option<(Vec<ChangeHash>, Vec<Change>)> {
 
 /// `changes` in the order applying them in one batch adds them to the change graph; `None`
 /// when some never become ready (a load then says what is wrong).
-pub(super) fn in_applied_order(changes: Vec<Change>) -> Option<Vec<Change>> {
+fn in_applied_order(changes: Vec<Change>) -> Option<Vec<Change>> {
     let position: HashMap<ChangeHash, usize> =
         changes.iter().enumerate().map(|(at, change)| (change.hash(), at)).collect();
     let mut waiting_for = vec![0usize; changes.len()];

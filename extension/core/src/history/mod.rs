@@ -11,7 +11,6 @@ use crate::settings::LoadLimit;
 use crate::{estimate, heads, Error};
 
 mod appended;
-mod rebuilt;
 
 /// What a change says about itself, as `automerge_changes_meta` lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,16 +41,16 @@ pub fn changes(doc: &Automerge, since: Option<&[ChangeHash]>) -> Result<Vec<Chan
     Ok(listed(&changes, info))
 }
 
-/// What [`changes`] lists for the stored document `value`, without a load where
-/// [`lacking_without_a_load`] answers, else from a load.
+/// What [`changes`] lists for the stored document `value`: read from the changes appended
+/// after its save, without a load, when `since` has the whole save (as a client that synced
+/// since the last save has); else from a load.
 pub fn stored_changes(
     value: &StoredValue<'_>,
     since: Option<&[ChangeHash]>,
 ) -> Result<Vec<ChangeInfo>, Error> {
-    let since = since.unwrap_or(&[]);
-    match lacking_without_a_load(value, since) {
-        Some(lacking) => Ok(listed(&lacking, |listed| info(&listed.change))),
-        None => changes(&load_stored(value)?, Some(since)),
+    match appended::lacking(value, since.unwrap_or(&[])) {
+        Some(lacking) => Ok(listed(&lacking, info)),
+        None => changes(&load_stored(value)?, since),
     }
 }
 
@@ -61,30 +60,9 @@ pub fn stored_changes_meta(
     value: &StoredValue<'_>,
     since: Option<&[ChangeHash]>,
 ) -> Result<Vec<ChangeMeta>, Error> {
-    let since = since.unwrap_or(&[]);
-    match lacking_without_a_load(value, since) {
-        // As a load's change graph counts them: from the first counter it gives the change.
-        Some(lacking) => Ok(listed(&lacking, |listed| ChangeMeta {
-            start_op: listed.start_op,
-            op_count: (listed.change.max_op() + 1).saturating_sub(listed.start_op),
-            ..meta(&listed.change)
-        })),
-        None => changes_meta(&load_stored(value)?, Some(since)),
-    }
-}
-
-/// The changes a replica whose heads are `since` lacks, in the order a load lists them,
-/// read from the stored `value` without a load: from the changes appended after its save
-/// when `since` has the whole save (as a client that synced since the last save has), else
-/// with the save's changes rebuilt from its columns ([`rebuilt`]). `None` where neither
-/// answers (a hash of `since` the document lacks): a load then says so.
-fn lacking_without_a_load(
-    value: &StoredValue<'_>,
-    since: &[ChangeHash],
-) -> Option<Vec<rebuilt::GraphChange>> {
-    match appended::lacking(value, since) {
-        Some(lacking) => Some(lacking.into_iter().map(rebuilt::GraphChange::applied).collect()),
-        None => rebuilt::lacking(value, since),
+    match appended::lacking(value, since.unwrap_or(&[])) {
+        Some(lacking) => Ok(listed(&lacking, meta)),
+        None => changes_meta(&load_stored(value)?, since),
     }
 }
 
@@ -143,17 +121,11 @@ pub fn change(doc: &Automerge, hash: &ChangeHash) -> Result<Option<Vec<u8>>, Err
         .map_err(Error::CorruptStoredValue)
 }
 
-/// [`change`] of the stored document `value`, without a load: an appended change, or one of
-/// the save's changes rebuilt from its columns; from a load where they cannot be rebuilt.
+/// [`change`] of the stored document `value`: an appended change without a load, any other
+/// from a load.
 pub fn stored_change(value: &StoredValue<'_>, hash: &ChangeHash) -> Result<Option<Vec<u8>>, Error> {
-    if let Some(change) = appended::find(value, hash) {
-        return Ok(Some(change.raw_bytes().to_vec()));
-    }
-    match rebuilt::lacking(value, &[]) {
-        Some(all) => Ok(all
-            .into_iter()
-            .find(|listed| listed.change.hash() == *hash)
-            .map(|listed| listed.change.raw_bytes().to_vec())),
+    match appended::find(value, hash) {
+        Some(change) => Ok(Some(change.raw_bytes().to_vec())),
         None => change(&load_stored(value)?, hash),
     }
 }
@@ -211,9 +183,9 @@ pub fn catch_up(doc: &Automerge, since: &[ChangeHash]) -> Result<Vec<u8>, Error>
 /// [`catch_up`] of the stored document `value`, read as [`stored_changes`] reads it: the
 /// lacking changes' bytes one after another, as `save_after` writes them.
 pub fn stored_catch_up(value: &StoredValue<'_>, since: &[ChangeHash]) -> Result<Vec<u8>, Error> {
-    match lacking_without_a_load(value, since) {
-        Some(lacking) => Ok(lacking.iter().fold(Vec::new(), |mut bytes, listed| {
-            bytes.extend_from_slice(listed.change.raw_bytes());
+    match appended::lacking(value, since) {
+        Some(lacking) => Ok(lacking.iter().fold(Vec::new(), |mut bytes, change| {
+            bytes.extend_from_slice(change.raw_bytes());
             bytes
         })),
         None => catch_up(&load_stored(value)?, since),
