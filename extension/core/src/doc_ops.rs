@@ -34,7 +34,6 @@ pub mod spec {
     pub const SUCC_COUNT: u32 = 0x80;
     pub const SUCC_ACTOR: u32 = 0x81;
     pub const SUCC_COUNTER: u32 = 0x83;
-    pub const EXPAND: u32 = 0x94;
     pub const MARK_NAME: u32 = 0xa5;
     pub const DEFLATE: u32 = 0b1000;
 }
@@ -75,11 +74,8 @@ pub enum RawValue<'a> {
     Bytes(&'a [u8]),
     Counter(i64),
     Timestamp(i64),
-    /// A value type of a later Automerge: its type code and bytes.
-    Unknown {
-        type_code: u8,
-        bytes: &'a [u8],
-    },
+    /// A value type of a later Automerge.
+    Unknown,
 }
 
 /// One row of the operation columns.
@@ -93,8 +89,6 @@ pub struct RawOp<'a> {
     pub action: u64,
     pub value: RawValue<'a>,
     pub succ: SmallVec<[RawOpId; 2]>,
-    /// Whether a mark expands over text inserted at its edges.
-    pub expand: bool,
     /// Set on the operation that begins a mark.
     pub mark_name: Option<&'a str>,
 }
@@ -240,7 +234,6 @@ impl<'a> DocumentOps<'a> {
             succ_count: Rle::new(self.column(spec::SUCC_COUNT)),
             succ_actor: Rle::new(self.column(spec::SUCC_ACTOR)),
             succ_counter: Delta::new(self.column(spec::SUCC_COUNTER)),
-            expand: Booleans::new(self.column(spec::EXPAND)),
             mark_name: Rle::new(self.column(spec::MARK_NAME)),
             actors: self.actors.len(),
             failed: false,
@@ -276,7 +269,6 @@ struct Rows<'a> {
     succ_count: Rle<'a, u64>,
     succ_actor: Rle<'a, u64>,
     succ_counter: Delta<'a>,
-    expand: Booleans<'a>,
     mark_name: Rle<'a, &'a str>,
     actors: usize,
     failed: bool,
@@ -328,9 +320,8 @@ impl<'a> Rows<'a> {
             let (actor, counter) = (self.succ_actor.next()?.flatten(), self.succ_counter.next()?);
             succ.push(self.op_id(counter.flatten(), actor)?.ok_or_else(|| corrupt("a succ"))?);
         }
-        let expand = self.expand.next()?;
         let mark_name = self.mark_name.next()?.flatten();
-        Ok(Some(RawOp { obj, key, id, insert, action, value, succ, expand, mark_name }))
+        Ok(Some(RawOp { obj, key, id, insert, action, value, succ, mark_name }))
     }
 
     fn op_id(&self, counter: Option<u64>, actor: Option<u64>) -> Result<Option<RawOpId>, Error> {
@@ -366,7 +357,7 @@ impl<'a> Rows<'a> {
             7 => RawValue::Bytes(raw),
             8 => RawValue::Counter(signed()?),
             9 => RawValue::Timestamp(signed()?),
-            type_code => RawValue::Unknown { type_code: type_code as u8, bytes: raw },
+            _ => RawValue::Unknown,
         })
     }
 }

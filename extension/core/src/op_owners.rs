@@ -37,9 +37,9 @@ pub fn check(save: &[u8]) -> Result<(), Error> {
     let owners = Owners::new(&changes, &chunk.actors)?;
     let ops = DocumentOps::read(save)?;
     let mut owned: Vec<(u32, u32)> = Vec::new();
-    doc_changes::placed(&ops, |placed| {
-        let change = owners.of(placed.id)?;
-        let counter = u32::try_from(placed.id.0).map_err(|_| corrupt("a counter past 32 bits"))?;
+    doc_changes::placed(&ops, |id| {
+        let change = owners.of(id)?;
+        let counter = u32::try_from(id.0).map_err(|_| corrupt("a counter past 32 bits"))?;
         owned.push((change, counter));
         Ok(())
     })?;
